@@ -1,0 +1,52 @@
+# rsi-bot: set-up and entry points. Every target does its own set-up and is
+# idempotent: on a fresh machine `make test` and `make demo` just work.
+#
+#   make test          the whole test suite (Docker tests need the engine:
+#                      run scripts/setup-docker.sh, or .ci/run which does it)
+#   make demo          the main job: the loop on examples/tiny-tts
+#   make bench         the benchmark tables (verifier quality, harness
+#                      overhead, webhook load, kernels)
+#
+# TORCH_SPEC overrides the torch pin for an accelerator, e.g.
+#   make test TORCH_SPEC="torch==2.5.1+cu124" PIP_EXTRA="--index-url ..."
+
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+PIP_EXTRA   ?=
+PY          := $(VENV)/bin/python
+PIP         := $(VENV)/bin/pip
+STAMP       := $(VENV)/.rsi-installed
+PYTEST_ARGS ?=
+
+.PHONY: venv test demo bench docker-image lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(PIP_EXTRA) "$(TORCH_SPEC)"
+	$(PIP) install -q $(PIP_EXTRA) -e ".[dev,postgres]" "$(TORCH_SPEC)"
+	touch $(STAMP)
+
+docker-image:
+	bash scripts/setup-docker.sh
+
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: venv docker-image
+	$(PY) -m harness.demo
+
+bench: venv
+	$(PY) benchmarks/verifier_quality.py
+	$(PY) benchmarks/harness_overhead.py
+	$(PY) benchmarks/webhook_load.py
+	$(PY) -m kernels.bench
+
+lint: venv
+	$(PY) -m ruff check bot harness verifier kernels tests benchmarks
+
+clean:
+	rm -rf $(VENV) rsi-demo .pytest_cache

@@ -1,0 +1,159 @@
+"""The bot's configuration, read from the environment (``RSI_*``).
+
+Built by :func:`load_settings`, never at import, and failing fast with one
+message that lists every problem: there is no default webhook secret, and
+GitHub credentials must be complete (an App: id + private key; or a token).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Mapping
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class SettingsError(Exception):
+    """The environment does not describe a usable bot; ``str()`` says how to fix it."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__(
+            "rsi-bot settings are invalid:\n" + "\n".join(f"  - {e}" for e in errors)
+        )
+
+
+_WEAK = {"", "secret", "changeme", "change-me", "default", "test", "password", "xxx"}
+
+
+class Settings(BaseSettings):
+    """Every field is read from ``RSI_<NAME>`` (e.g. ``RSI_WEBHOOK_SECRET``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RSI_", extra="ignore", frozen=True)
+
+    webhook_secret: Annotated[list[str], NoDecode] = Field(
+        ...,
+        description="HMAC secrets for X-Hub-Signature-256, comma-separated; "
+        "the first signs nothing, all are accepted (rotation).",
+    )
+    github_api_url: str = Field(
+        "https://api.github.com",
+        description="REST base URL: GitHub Enterprise (https://HOST/api/v3) or a test fake.",
+    )
+    github_token: str | None = Field(None, description="A token, for development instead of an App.")
+    github_app_id: int | None = Field(None, description="The GitHub App's id.")
+    github_private_key: str | None = Field(
+        None, description="The App's PEM private key (text, or a path to a .pem file)."
+    )
+    github_installation_id: int | None = Field(
+        None, description="Default installation; events carry their own installation id."
+    )
+    bot_login: str | None = Field(
+        None, description="Our login (e.g. 'rsi-bot[bot]'); asked from GitHub when unset."
+    )
+    database_url: str = Field(
+        "sqlite:///rsi-bot.db",
+        description="SQLAlchemy URL: SQLite by default, postgresql+psycopg://... in production.",
+    )
+    trigger_label: str = Field("rsi", description="The issue label that starts a task.")
+    executor: Literal["local", "actions"] = Field(
+        "local", description="Where harness jobs run: this host, or GitHub Actions runners."
+    )
+    workers: int = Field(2, ge=0, le=64, description="Worker threads in `rsi serve` (0: none).")
+    state_dir: Path = Field(
+        Path("rsi-state"), description="Clones and harness state for local jobs."
+    )
+    max_body_bytes: int = Field(
+        25 * 1024 * 1024, gt=0, description="Webhook bodies above this are refused (413)."
+    )
+    lease_s: float = Field(60.0, gt=0, description="A running job's lease; heartbeats renew it.")
+    poll_s: float = Field(0.5, gt=0, description="How often idle workers look for jobs.")
+    max_attempts: int = Field(8, ge=1, description="Retries (with backoff) before a job fails.")
+    backoff_base_s: float = Field(2.0, gt=0, description="First retry delay; doubles each time.")
+    backoff_max_s: float = Field(600.0, gt=0, description="Longest retry delay.")
+    job_workflow: str = Field(
+        "rsi-job.yml", description="The target repo's workflow that calls rsi-job (actions executor)."
+    )
+    runner_labels: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["self-hosted"],
+        description="Runner labels for the actions executor, comma-separated.",
+    )
+    public_url: str | None = Field(None, description="Where this bot is reachable (details links).")
+
+    @field_validator("webhook_secret", "runner_labels", mode="before")
+    @classmethod
+    def _split(cls, v):
+        if isinstance(v, str):
+            return [s.strip() for s in v.split(",") if s.strip()]
+        return v
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _strong(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("set RSI_WEBHOOK_SECRET to the App's webhook secret (no default)")
+        for s in v:
+            if s.lower() in _WEAK or len(s) < 8:
+                raise ValueError(
+                    "RSI_WEBHOOK_SECRET holds a weak or placeholder secret "
+                    "(at least 8 characters, not a default word)"
+                )
+        return v
+
+    @field_validator("github_private_key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        if v and "BEGIN" not in v:
+            p = Path(v).expanduser()
+            if not p.is_file():
+                raise ValueError(f"RSI_GITHUB_PRIVATE_KEY is neither a PEM key nor a file: {v}")
+            v = p.read_text()
+        return v.replace("\\n", "\n") if v else v
+
+    @model_validator(mode="after")
+    def _auth(self) -> "Settings":
+        app = self.github_app_id is not None or self.github_private_key is not None
+        if app and (self.github_app_id is None or not self.github_private_key):
+            raise ValueError(
+                "GitHub App auth needs both RSI_GITHUB_APP_ID and RSI_GITHUB_PRIVATE_KEY"
+            )
+        if not app and not self.github_token:
+            raise ValueError(
+                "no GitHub credentials: set RSI_GITHUB_APP_ID + RSI_GITHUB_PRIVATE_KEY "
+                "(a GitHub App), or RSI_GITHUB_TOKEN (development)"
+            )
+        return self
+
+    @property
+    def uses_app(self) -> bool:
+        return self.github_app_id is not None
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides) -> Settings:
+    """Build the settings from ``env`` (default: the process environment).
+
+    Raises :class:`SettingsError` listing every problem in words a deployer can act on.
+    """
+    try:
+        if env is None:
+            return Settings(**overrides)
+        values = {
+            k[len("RSI_"):].lower(): v for k, v in env.items() if k.upper().startswith("RSI_")
+        }
+        values.update(overrides)
+        # Settings(**values) would still read os.environ for missing fields; an
+        # explicit mapping must be the only source, so use model_validate.
+        return Settings.model_validate(values)
+    except ValidationError as e:
+        errors = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"])
+            name = f"RSI_{loc.upper()}" if loc else "settings"
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "missing":
+                msg = "is required (no default)"
+                if loc == "webhook_secret":
+                    msg = "is required: the App's webhook secret (comma-separated to rotate)"
+            errors.append(f"{name}: {msg}" if loc else msg)
+        raise SettingsError(errors) from None

@@ -1,0 +1,84 @@
+"""Shared test configuration: markers for costly tests.
+
+Tests marked ``docker``, ``postgres`` or ``torch`` skip with a clear reason
+where this machine cannot run them, except when the matching
+``RSI_REQUIRE_*=1`` variable is set (``.ci/run`` sets them), where a missing
+dependency fails the test instead: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASE_IMAGE = os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm")
+sys.path.insert(0, str(REPO_ROOT))
+
+
+@functools.lru_cache(maxsize=None)
+def docker_unavailable_reason() -> str | None:
+    if shutil.which("docker") is None:
+        return "docker CLI not installed (run scripts/setup-docker.sh)"
+    try:
+        info = subprocess.run(["docker", "info"], capture_output=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "docker engine did not answer within 20 s"
+    if info.returncode != 0:
+        return "no Docker engine running (run scripts/setup-docker.sh)"
+    img = subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True)
+    if img.returncode != 0:
+        return f"base image {BASE_IMAGE} missing (run scripts/setup-docker.sh)"
+    return None
+
+
+def postgres_unavailable_reason() -> str | None:
+    if not os.environ.get("RSI_TEST_POSTGRES_URL"):
+        return "RSI_TEST_POSTGRES_URL not set (.ci/run starts PostgreSQL and sets it)"
+    return None
+
+
+def torch_unavailable_reason() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return "torch not installed (pip install -e '.[torch]')"
+    return None
+
+
+_CHECKS = {
+    "docker": (docker_unavailable_reason, "RSI_REQUIRE_DOCKER"),
+    "postgres": (postgres_unavailable_reason, "RSI_REQUIRE_POSTGRES"),
+    "torch": (torch_unavailable_reason, "RSI_REQUIRE_TORCH"),
+}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark, (check, required_var) in _CHECKS.items():
+        if item.get_closest_marker(mark) is None:
+            continue
+        reason = check()
+        if reason is None:
+            continue
+        if os.environ.get(required_var) == "1":
+            pytest.fail(f"{mark} required ({required_var}=1) but unavailable: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """The recorded real GitHub webhook payloads (../shared/fixtures)."""
+    for candidate in (REPO_ROOT.parent / "shared" / "fixtures", REPO_ROOT / "tests" / "fixtures"):
+        if (candidate / "github-webhooks").is_dir():
+            return candidate
+    pytest.fail("webhook fixtures not found: expected ../shared/fixtures/github-webhooks")

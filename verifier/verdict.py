@@ -1,0 +1,159 @@
+"""The verdict record: what the verifier concludes about one candidate.
+
+This is the contract between the verifier and everything above it (the
+harness's ledger, the bot's reports). It is an immutable, versioned pydantic
+record (schema ``rsi.verdict/1``); readers refuse other schema versions.
+
+Conventions
+-----------
+* ``ratio`` is always candidate / reference in the metric's own units
+  (1.10 means the metric is 10% larger), whatever its direction.
+* ``gain`` is the improvement in the metric's better direction:
+  ``ratio - 1`` for "higher" metrics and ``1/ratio - 1`` for "lower" ones
+  (0.25 means 25% better). Intervals are given for both.
+* An infrastructure failure is ``decision == "error"`` with ``error`` set; it is
+  never a regression and never a zero.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA = "rsi.verdict/1"
+
+Decision = Literal["accept", "review", "reject", "inconclusive", "error"]
+Direction = Literal["higher", "lower"]
+GuardStatus = Literal["pass", "fail", "unclear", "skipped"]
+Against = Literal["bk", "b0"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Fingerprint(_Frozen):
+    """Where a measurement was taken. Results from different fingerprints are
+    never compared (see ``Fingerprint.comparable_key``)."""
+
+    cpu_model: str = ""
+    cpu_count: int = 0
+    machine: str = ""
+    os: str = ""
+    python: str = ""
+    accelerator: str = "cpu"  # e.g. "cpu", "NVIDIA H200", "Ascend910B3"
+    accelerator_count: int = 0
+    driver: str = ""
+    firmware: str = ""
+    cuda: str = ""
+    cann: str = ""
+    torch: str = ""
+    torch_npu: str = ""
+    container_image: str = ""
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    def comparable_key(self) -> tuple:
+        """Fields that must match for two results to be comparable."""
+        return (
+            self.cpu_model,
+            self.cpu_count,
+            self.machine,
+            self.accelerator,
+            self.accelerator_count,
+            self.driver,
+            self.firmware,
+            self.cuda,
+            self.cann,
+            self.torch,
+            self.torch_npu,
+            self.container_image,
+        )
+
+
+class Interval(_Frozen):
+    low: float
+    high: float
+    level: float = 0.95
+
+
+class MetricComparison(_Frozen):
+    """One metric across the arms. Values are medians over the runs (for
+    percentile metrics built from samples: the pooled percentile)."""
+
+    name: str
+    direction: Direction
+    source: Literal["declared", "measured", "samples"] = "declared"
+    unit: str = ""
+    b0: float | None = None
+    bk: float | None = None
+    candidate: float | None = None
+    ratio_vs_bk: float | None = None
+    ratio_vs_bk_ci: Interval | None = None
+    ratio_vs_b0: float | None = None
+    ratio_vs_b0_ci: Interval | None = None
+
+
+class ObjectiveResult(_Frozen):
+    benchmark: str
+    metric: str
+    direction: Direction
+    ratio: float | None = None  # candidate / Bk
+    ratio_ci: Interval | None = None
+    gain: float | None = None  # improvement vs Bk in the better direction
+    gain_ci: Interval | None = None
+    gain_vs_b0: float | None = None
+    p_value: float | None = None
+    min_gain: float = 0.0
+    noise_margin: float = 0.01
+
+
+class GuardResult(_Frozen):
+    name: str  # human label, e.g. "latency_p99_s <= 1.05x" or "WER"
+    kind: Literal["ratio", "delta", "failed_requests", "output_length", "wer", "allclose"]
+    metric: str = ""
+    against: Against = "bk"
+    bound: str = ""  # the bound as text, e.g. "<= 1.05x", "<= +0.01"
+    value: float | None = None  # observed ratio/delta/WER...
+    ci: Interval | None = None
+    status: GuardStatus = "pass"
+    detail: str = ""
+
+
+class RunError(_Frozen):
+    stage: str  # "baseline", "candidate", "b0", "config", "fingerprint", ...
+    message: str
+    stderr_tail: str = ""
+
+
+class Verdict(_Frozen):
+    schema_: Literal["rsi.verdict/1"] = Field(SCHEMA, alias="schema")
+    decision: Decision
+    reason: str
+    benchmark: str = ""
+    objective: ObjectiveResult | None = None
+    metrics: tuple[MetricComparison, ...] = ()
+    guards: tuple[GuardResult, ...] = ()
+    tradeoffs: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    pairs: int = 0
+    runs: int = 0
+    shas: dict[str, str] = Field(default_factory=dict)  # keys: "b0", "bk", "candidate"
+    fingerprint: Fingerprint | None = None
+    error: RunError | None = None
+    started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    duration_s: float = 0.0
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    def to_json(self, **kw) -> str:
+        return self.model_dump_json(by_alias=True, **kw)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Verdict":
+        return cls.model_validate_json(text)
+
+    @property
+    def accepted(self) -> bool:
+        return self.decision == "accept"
