@@ -1,0 +1,66 @@
+"""What handlers and jobs get: settings, store, GitHub port, harness port.
+
+Everything with I/O is a field, so tests pass fakes (STYLE item 6).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from bot.gh import GitHubPort
+from bot.harness_port import HarnessPort
+from bot.settings import Settings
+from bot.store import Store
+
+TRUSTED_ROLES = ("write", "maintain", "admin")
+
+
+@dataclass
+class Context:
+    settings: Settings
+    store: Store
+    gh: GitHubPort
+    harness: HarnessPort
+    clock: Callable[[], float] = time.time
+    _login: str | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def login(self) -> str:
+        """Our own login (from settings, else asked once from GitHub)."""
+        with self._lock:
+            if self._login is None:
+                self._login = self.settings.bot_login or self.gh.bot_login()
+            return self._login
+
+    def is_us(self, login: str | None) -> bool:
+        return bool(login) and login.lower() == self.login().lower()
+
+    def task_dir(self, repo: str, issue: int) -> Path:
+        owner, _, name = repo.partition("/")
+        return Path(self.settings.state_dir).resolve() / "repos" / f"{owner}__{name}" / f"issue-{issue}"
+
+    def clone_dir(self, repo: str, issue: int) -> Path:
+        return self.task_dir(repo, issue) / "clone"
+
+    def harness_dir(self, repo: str, issue: int, generation: int) -> Path:
+        return self.task_dir(repo, issue) / f"gen-{generation}"
+
+
+def sender_of(payload: dict[str, Any]) -> tuple[str, str]:
+    """(login, type) of an event's sender."""
+    s = payload.get("sender") or {}
+    return s.get("login") or "", s.get("type") or "User"
+
+
+def task_lane(task_id: int) -> str:
+    return f"task:{task_id}"
+
+
+def harness_task_id(issue: int, generation: int) -> str:
+    """The harness's task id, which names branches ``rsi/<task id>/<n>``: the issue
+    number, with the generation after a superseding trigger (``rsi/12.2/1``)."""
+    return str(issue) if generation <= 1 else f"{issue}.{generation}"

@@ -1,0 +1,14 @@
+"""The ``local`` executor: run the job here, in the claiming worker's thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot import jobs
+
+
+class LocalExecutor:
+    name = "local"
+
+    def run(self, ctx: Any, run: Any) -> str:
+        return getattr(jobs, run.job.kind)(ctx, run)

@@ -1,0 +1,216 @@
+"""``/rsi ...`` comment commands (``issue_comment.created``).
+
+A command is a line that starts with ``/rsi`` (up to three spaces of
+indentation, as in Markdown). Lines inside fenced code blocks (```` ``` ````
+or ``~~~``), indented code blocks (four spaces or a tab), ``>`` quotes and
+HTML comments do not count. The commenter needs write, maintain or admin
+(``role_name``); bots and the bot itself are ignored; a refusal says why.
+Commands are acknowledged with a reaction (+1 done, confused refused).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from bot import render
+from bot.context import TRUSTED_ROLES, Context, sender_of, task_lane
+from bot.status import refresh_status
+from bot.store import Task
+
+EVENTS = ("issue_comment.created",)
+
+NAMES = ("rerun", "status", "stop", "resume", "budget", "rebaseline", "help")
+MAX_BUDGET = 1000
+MAX_COMMANDS = 10
+
+_CMD_RX = re.compile(r"^ {0,3}/rsi(?=\s|$)(.*)$")
+_FENCE_RX = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_HTML_COMMENT_RX = re.compile(r"<!--.*?(-->|\Z)", re.S)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # one of NAMES, or "" for an unknown command
+    args: tuple[str, ...] = ()
+    error: str | None = None  # set when the command is malformed
+    text: str = ""  # the line as written
+
+    @property
+    def budget(self) -> int | None:
+        return int(self.args[0]) if self.name == "budget" and not self.error else None
+
+
+def parse_commands(body: str | None) -> list[Command]:
+    """The commands in a comment, in order (pure; see the module docstring)."""
+    if not body:
+        return []
+    text = _HTML_COMMENT_RX.sub("", body.replace("\r\n", "\n").replace("\r", "\n"))
+    out: list[Command] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        m = _FENCE_RX.match(line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) \
+                    and not m.group(2).strip():
+                fence = None
+            continue
+        if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+            fence = m.group(1)
+            continue
+        if line.startswith("\t") or line.startswith("    "):
+            continue  # indented code block
+        if line.lstrip().startswith(">"):
+            continue  # quote
+        cm = _CMD_RX.match(line)
+        if not cm:
+            continue
+        words = cm.group(1).split()
+        out.append(_command(words, line.strip()))
+        if len(out) >= MAX_COMMANDS:
+            break
+    return out
+
+
+def _command(words: list[str], text: str) -> Command:
+    if not words:
+        return Command("help", (), None, text)
+    name, args = words[0].lower(), tuple(words[1:])
+    if name not in NAMES:
+        return Command("", (words[0],), f"unknown command `{words[0]}`; `/rsi help` lists them",
+                       text)
+    if name == "budget":
+        if not args or not args[0].isdigit():
+            return Command(name, args, "`/rsi budget N` needs a whole number of rounds", text)
+        n = int(args[0])
+        if not 1 <= n <= MAX_BUDGET:
+            return Command(name, args, f"the budget must be between 1 and {MAX_BUDGET} rounds",
+                           text)
+        return Command(name, (str(n),), None, text)
+    return Command(name, (), None, text)
+
+
+# --------------------------------------------------------------------- handler
+
+
+def handle(ctx: Context, event: Any) -> str:
+    p = event.payload
+    comment = p.get("comment") or {}
+    issue = p.get("issue") or {}
+    repo = (p.get("repository") or {}).get("full_name")
+    user = (comment.get("user") or {}).get("login") or sender_of(p)[0]
+    user_type = (comment.get("user") or {}).get("type") or sender_of(p)[1]
+    if not repo or not issue.get("number"):
+        return "ignored: no repository or issue"
+    if user_type == "Bot" or user.endswith("[bot]") or ctx.is_us(user):
+        return "ignored: bot"
+    cmds = parse_commands(comment.get("body"))
+    if not cmds:
+        return "ignored: no command"
+    number = int(issue["number"])
+    comment_id = comment.get("id")
+    role = ctx.gh.collaborator_role(repo, user)
+    if role not in TRUSTED_ROLES:
+        names = ", ".join(f"`{c.name or c.args[0]}`" for c in cmds)
+        ctx.gh.create_issue_comment(repo, number, render.refusal(
+            user, names.strip("`") if len(cmds) == 1 else names,
+            f"it needs write, maintain or admin access to {repo}, and you have `{role}`."))
+        _react(ctx, repo, comment_id, "confused")
+        return f"refused: {user} is {role}"
+    is_pr = bool(issue.get("pull_request"))
+    results = []
+    ok = True
+    for cmd in cmds:
+        if cmd.error:
+            ctx.gh.create_issue_comment(repo, number,
+                                        render.refusal(user, cmd.text.removeprefix("/rsi ")
+                                                       or "", cmd.error))
+            ok = False
+            results.append(f"{cmd.name or cmd.args[0]}: refused ({cmd.error})")
+            continue
+        done, message = _run(ctx, cmd, repo=repo, number=number, is_pr=is_pr, user=user,
+                             delivery=event.delivery_id)
+        ok &= done
+        if message:
+            ctx.gh.create_issue_comment(
+                repo, number, render.ack(user, message) if done else
+                render.refusal(user, cmd.name, message))
+        results.append(f"{cmd.name}: {'done' if done else 'refused'}")
+    _react(ctx, repo, comment_id, "+1" if ok else "confused")
+    return "; ".join(results)
+
+
+def _react(ctx: Context, repo: str, comment_id: int | None, content: str) -> None:
+    if comment_id:
+        ctx.gh.add_reaction(repo, int(comment_id), content)
+
+
+def _task_for(ctx: Context, repo: str, number: int, is_pr: bool) -> tuple[Task | None, Any]:
+    """The task an issue or a bot PR belongs to, and the PR's candidate if any."""
+    if is_pr:
+        found = ctx.store.candidate_by_pr(repo, number)
+        if found:
+            return found
+        return None, None
+    return ctx.store.find_task(repo, number), None
+
+
+def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, user: str,
+         delivery: str) -> tuple[bool, str]:
+    """(done, message to reply, "" for none)."""
+    if cmd.name == "help":
+        return True, render.help_text(ctx.settings.trigger_label)
+    task, cand = _task_for(ctx, repo, number, is_pr)
+    if task is None:
+        where = "this pull request is not an rsi candidate" if is_pr else (
+            f"there is no rsi task on this issue; add the `{ctx.settings.trigger_label}` label "
+            "to start one")
+        return False, where
+    lane = task_lane(task.id)
+    if cmd.name == "status":
+        refresh_status(ctx, task.id)
+        t = ctx.store.task(task.id)
+        return True, (f"status: {render.STATE_WORDS.get(t.state, t.state)}; rounds "
+                      f"{t.rounds_done}" + (f" of {t.budget}" if t.budget else "") +
+                      f". Details in the status comment on #{t.issue}.")
+    if cmd.name == "stop":
+        if task.state in ("invalid", "refused", "superseded"):
+            return False, f"the task is {task.state}; there is nothing to stop"
+        ctx.store.update_task(task.id, stop=True,
+                              state="stopping" if task.state in ("running", "baseline",
+                                                                 "queued") else "stopped")
+        refresh_status(ctx, task.id)
+        return True, ""
+    if cmd.name == "resume":
+        if task.state in ("invalid", "refused"):
+            return False, (f"the task is {task.state}; fix the proposal and add the label again")
+        ctx.store.update_task(task.id, stop=False, state="queued")
+        ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
+                          lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
+        refresh_status(ctx, task.id)
+        return True, ""
+    if cmd.name == "budget":
+        n = cmd.budget
+        ctx.store.update_task(task.id, budget=n)
+        if task.state == "finished" and n > task.rounds_done and not task.stop:
+            ctx.store.update_task(task.id, state="queued")
+            ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
+                              lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
+        refresh_status(ctx, task.id)
+        return True, ""
+    if cmd.name == "rebaseline":
+        ctx.store.enqueue("rebaseline", {"task_id": task.id, "ref": None, "merged_pr": None,
+                                         "requested_by": user},
+                          lane=lane, key=f"rebaseline:{task.id}:{delivery}")
+        return True, "rebaselining on the default branch; open candidates will be re-verified."
+    if cmd.name == "rerun":
+        cands = [cand] if cand is not None else ctx.store.candidates(task.id, state="open")
+        if not cands:
+            return False, "there is no open candidate to re-verify"
+        for c in cands:
+            ctx.store.enqueue("reverify", {"task_id": task.id, "n": c.n, "rebase": False,
+                                           "reason": "rerun", "requested_by": user},
+                              lane=lane, key=f"reverify:{task.id}:{c.n}:{delivery}")
+        return True, ""
+    return False, "unknown command"

@@ -1,0 +1,79 @@
+"""``issues.labeled`` with the trigger label: start (or supersede) the issue's task.
+
+Never on ``issues.opened``: the label is the maintainer's decision. The
+labeler needs write, maintain or admin. The proposal is read with the
+harness's parser against ``.rsi/config.toml`` from the default branch; the
+sticky status comment says "accepted" with the task's summary, or lists the
+errors and how to fix them. One task per issue: a newer label supersedes the
+older run (its jobs see a newer generation and stop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot import render
+from bot.context import TRUSTED_ROLES, Context, harness_task_id, sender_of, task_lane
+from bot.harness_port import SpecError
+from bot.status import refresh_status
+
+EVENTS = ("issues.labeled",)
+CONFIG_PATH = ".rsi/config.toml"
+
+
+def handle(ctx: Context, event: Any) -> str:
+    p = event.payload
+    label = (p.get("label") or {}).get("name")
+    if label != ctx.settings.trigger_label:
+        return f"ignored: label {label!r}"
+    repo = (p.get("repository") or {}).get("full_name")
+    issue = p.get("issue") or {}
+    if not repo or not issue.get("number"):
+        return "ignored: no issue"
+    if issue.get("pull_request"):
+        return "ignored: label on a pull request"
+    login, kind = sender_of(p)
+    if kind == "Bot" or ctx.is_us(login):
+        return "ignored: bot"
+    number = int(issue["number"])
+    role = ctx.gh.collaborator_role(repo, login)
+    if role not in TRUSTED_ROLES:
+        ctx.gh.create_issue_comment(repo, number, render.refusal(
+            login, f"(label `{label}`)",
+            f"starting a task needs write, maintain or admin access to {repo}, and you have "
+            f"`{role}`. Ask a maintainer to add the label."))
+        return f"refused: {login} is {role}"
+
+    task = ctx.store.start_task(repo, number, labeler=login,
+                                installation_id=event.installation_id,
+                                trigger=event.delivery_id)
+    # The issue as it is now (the payload may be older than an edit).
+    info = ctx.gh.get_issue(repo, number)
+    config_text = ctx.gh.get_file_text(repo, CONFIG_PATH)
+    errors: list[str] = []
+    spec = None
+    if config_text is None:
+        errors.append(f"`{CONFIG_PATH}` is missing on the default branch of {repo}: commit the "
+                      "repo config first (see docs/contracts.md)")
+    else:
+        try:
+            spec = ctx.harness.build_task(config_text, info.body,
+                                         harness_task_id(number, task.generation),
+                                         title=info.title)
+        except SpecError as e:
+            errors = list(e.errors)
+    if errors:
+        ctx.store.update_task(task.id, generation=task.generation, state="invalid",
+                              summary=None, proposal=info.body)
+        refresh_status(ctx, task.id, errors=errors)
+        return f"invalid: {len(errors)} error(s)"
+    summary = render.task_summary(spec)
+    budget = getattr(getattr(spec, "agent", None), "rounds", None)
+    ctx.store.update_task(task.id, generation=task.generation, state="queued", summary=summary,
+                          proposal=info.body, budget=budget, b0_sha=None, bk_sha=None)
+    ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
+                      lane=task_lane(task.id), key=f"run:{task.id}:{task.generation}")
+    note = "Accepted. The baseline is measured first, then the rounds run." + (
+        " This supersedes the previous run." if task.generation > 1 else "")
+    refresh_status(ctx, task.id, note=note)
+    return f"accepted: task {task.id} generation {task.generation}"

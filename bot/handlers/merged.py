@@ -1,0 +1,45 @@
+"""``pull_request.closed``: a merged bot PR advances Bk (the human gate).
+
+On a merge of one of our candidate PRs: mark it merged, rebaseline at the
+merge commit, then re-verify the task's other open candidates against it
+(rebased onto it; a conflict is reported, not hidden). A bot PR closed
+without merging is only marked closed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.context import Context, task_lane
+from bot.status import refresh_status
+
+EVENTS = ("pull_request.closed",)
+
+
+def handle(ctx: Context, event: Any) -> str:
+    p = event.payload
+    pr = p.get("pull_request") or {}
+    repo = (p.get("repository") or {}).get("full_name")
+    number = pr.get("number") or p.get("number")
+    head = (pr.get("head") or {}).get("ref") or ""
+    if not repo or not number or not head.startswith("rsi/"):
+        return "ignored: not an rsi branch"
+    found = ctx.store.candidate_by_pr(repo, int(number))
+    if found is None:
+        return "ignored: not one of our candidates"
+    task, cand = found
+    author = (pr.get("user") or {}).get("login")
+    if author and not ctx.is_us(author):
+        return f"ignored: PR opened by {author}, not by us"
+    if not pr.get("merged"):
+        ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation, state="closed")
+        refresh_status(ctx, task.id)
+        return "closed without merge"
+    sha = pr.get("merge_commit_sha")
+    ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation, state="merged")
+    ctx.store.enqueue("rebaseline", {"task_id": task.id, "ref": sha, "merged_pr": int(number)},
+                      lane=task_lane(task.id), key=f"rebaseline:{task.id}:merge:{number}")
+    ctx.store.update_task(task.id, state="rebaselining")
+    refresh_status(ctx, task.id, note=f"#{number} merged: measuring `{(sha or '')[:10]}` "
+                                      "as the new Bk, then re-verifying the open candidates.")
+    return f"merged #{number}: rebaseline queued"

@@ -1,0 +1,351 @@
+"""Pure renderers: comment bodies, PR texts and check run payloads.
+
+Every function here is a function of data (verdicts, ledger records, task
+fields) returning text or a dict; nothing is sent from here (STYLE item 4).
+The verifier report itself is ``harness.report``'s markdown when that module
+is present; this module wraps it with the hidden sticky marker and keeps it
+under GitHub's comment limit.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Sequence
+
+from verifier.verdict import Verdict
+
+COMMENT_LIMIT = 65536
+CHECK_SUMMARY_LIMIT = 65535
+MARKER_RX = re.compile(r"<!-- rsi-bot:([a-z0-9:_-]+) -->")
+STATUS = "status"  # the issue's sticky status comment
+REPORT = "report"  # the PR's sticky verifier report
+
+DECISION_WORDS = {
+    "accept": ("✅", "accepted"),
+    "review": ("🔍", "needs a human review"),
+    "reject": ("❌", "rejected"),
+    "inconclusive": ("➖", "inconclusive"),
+    "error": ("⚠️", "not judged: infrastructure error"),
+}
+
+# Check run conclusions: an inconclusive result or an infrastructure error is
+# never a failure of the change.
+CONCLUSIONS = {
+    "accept": "success",
+    "reject": "failure",
+    "review": "neutral",
+    "inconclusive": "neutral",
+    "error": "neutral",
+}
+
+
+def marker(kind: str) -> str:
+    """The hidden marker that identifies one of our sticky comments."""
+    if not re.fullmatch(r"[a-z0-9:_-]+", kind):
+        raise ValueError(f"bad marker kind {kind!r}")
+    return f"<!-- rsi-bot:{kind} -->"
+
+
+def with_marker(body: str, kind: str, *, limit: int = COMMENT_LIMIT) -> str:
+    """``body`` with the marker on its first line, cut to fit ``limit`` characters."""
+    head = marker(kind) + "\n"
+    return head + truncate(body, limit - len(head))
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    note = "\n\n_… cut to fit GitHub's size limit; the full report is in the job's artifacts._\n"
+    cut = text[: max(0, limit - len(note))]
+    # do not leave a <details> block open
+    if cut.count("<details>") > cut.count("</details>"):
+        note = "\n</details>" + note
+        cut = text[: max(0, limit - len(note))]
+    return cut + note
+
+
+# --------------------------------------------------------------------- numbers
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "—"
+    a = abs(v)
+    if a != 0 and (a >= 1e5 or a < 1e-3):
+        return f"{v:.3g}"
+    return f"{v:.4g}"
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v * 100:+.1f}%"
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "?")[:10]
+
+
+def headline(v: Verdict) -> str:
+    icon, word = DECISION_WORDS.get(v.decision, ("", v.decision))
+    gain = ""
+    if v.objective is not None and v.objective.gain is not None:
+        gain = f": {v.objective.metric} {_pct(v.objective.gain)} vs Bk"
+    return f"{icon} **{word}**{gain} — {v.reason}"
+
+
+# --------------------------------------------------------------------- report
+
+
+def _fallback_report(v: Verdict, *, history: Sequence[tuple[str, float]] = (),
+                     ledger: Sequence[dict] = ()) -> str:
+    """A complete report without harness.report (used until it exists)."""
+    shas = v.shas or {}
+    acc = v.fingerprint.accelerator if v.fingerprint else "unknown hardware"
+    lines = [f"### rsi/verifier: {headline(v)}", "",
+             f"comparing {_short(shas.get('candidate'))} with Bk {_short(shas.get('bk'))} and "
+             f"B0 {_short(shas.get('b0'))} on {acc}", ""]
+    if v.metrics or v.guards:
+        lines += ["| metric | B0 | Bk | candidate | change | 95% interval | verdict |",
+                  "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+        guard_of = {}
+        for g in v.guards:
+            guard_of.setdefault(g.metric, []).append(g)
+        obj_name = v.objective.metric if v.objective else None
+        for m in v.metrics:
+            change = _pct(m.ratio_vs_bk - 1) if m.ratio_vs_bk is not None else "—"
+            ci = (f"{_pct(m.ratio_vs_bk_ci.low - 1)} … {_pct(m.ratio_vs_bk_ci.high - 1)}"
+                  if m.ratio_vs_bk_ci else "—")
+            if m.name == obj_name:
+                word = f"objective: {v.decision}"
+            elif m.name in guard_of:
+                word = ", ".join(f"{g.status} ({g.against} {g.bound})" for g in guard_of[m.name])
+            else:
+                word = "info"
+            lines.append(f"| {m.name} ({m.direction}) | {_num(m.b0)} | {_num(m.bk)} | "
+                         f"{_num(m.candidate)} | {change} | {ci} | {word} |")
+        named = {m.name for m in v.metrics}
+        for g in v.guards:
+            if g.metric in named:
+                continue
+            ci = f"{_num(g.ci.low)} … {_num(g.ci.high)}" if g.ci else "—"
+            lines.append(f"| {g.name} | | | | {_num(g.value)} | {ci} | "
+                         f"{g.status} ({g.against} {g.bound}) |")
+        lines.append("")
+    if v.tradeoffs:
+        lines += ["**Tradeoffs**", ""] + [f"- {t}" for t in v.tradeoffs] + [""]
+    if v.warnings:
+        lines += ["**Warnings**", ""] + [f"- {w}" for w in v.warnings] + [""]
+    if v.error is not None:
+        lines += [f"**Error** in {v.error.stage}: {v.error.message}", ""]
+        if v.error.stderr_tail:
+            lines += ["```", v.error.stderr_tail[-2000:], "```", ""]
+    if history:
+        lines += mermaid_history(history, v.objective.metric if v.objective else "objective")
+    lines += [f"{v.pairs} pairs, {v.runs} runs, {v.duration_s:.0f} s.", ""]
+    details = []
+    if ledger:
+        details += ["**Ledger**", "", "```json"]
+        details += [_json(r) for r in ledger[-50:]]
+        details += ["```", ""]
+    if v.fingerprint is not None:
+        details += ["**Fingerprint**", "", "```json",
+                    v.fingerprint.model_dump_json(indent=1), "```", ""]
+    if details:
+        lines += ["<details><summary>Ledger and fingerprint</summary>", ""] + details + [
+            "</details>"]
+    return "\n".join(lines)
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    if hasattr(obj, "model_dump_json"):
+        return obj.model_dump_json()
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+def mermaid_history(history: Sequence[tuple[str, float]], metric: str) -> list[str]:
+    """A Mermaid line chart of the objective over rounds."""
+    if not history:
+        return []
+    labels = ", ".join(f'"{str(k)[:12]}"' for k, _ in history)
+    values = ", ".join(_num(v) for _, v in history)
+    return ["```mermaid", "xychart-beta", f'  title "{metric} over rounds"',
+            f"  x-axis [{labels}]", f'  y-axis "{metric}"', f"  line [{values}]", "```", ""]
+
+
+def report_markdown(v: Verdict, *, history: Sequence[tuple[str, float]] = (),
+                    ledger: Sequence[Any] = ()) -> str:
+    """The verifier report, from harness.report when available."""
+    try:
+        from harness import report as harness_report  # lands with the harness
+    except ImportError:
+        harness_report = None
+    render = getattr(harness_report, "render_report", None) if harness_report else None
+    if render is not None:
+        try:
+            return render(v, ledger=list(ledger), history=list(history))
+        except TypeError:
+            return render(v)
+    return _fallback_report(v, history=history, ledger=ledger)
+
+
+def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[tuple[str, float]] = (),
+                   ledger: Sequence[Any] = ()) -> str:
+    body = report_markdown(v, history=history, ledger=ledger)
+    if pr_note:
+        body = pr_note.rstrip() + "\n\n" + body
+    return with_marker(body, REPORT)
+
+
+# --------------------------------------------------------------------- check run
+
+
+def check_run(v: Verdict, *, note: str = "") -> dict[str, Any]:
+    """Arguments for ``GitHubPort.create_check_run`` (name and head sha added by the caller)."""
+    icon, word = DECISION_WORDS.get(v.decision, ("", v.decision))
+    title = f"{word}: {v.reason}"[:200]
+    summary = (note.rstrip() + "\n\n" if note else "") + report_markdown(v)
+    return {"conclusion": CONCLUSIONS.get(v.decision, "neutral"), "title": title,
+            "summary": truncate(summary, CHECK_SUMMARY_LIMIT)}
+
+
+def check_run_error(message: str) -> dict[str, Any]:
+    """A check run for a job that could not judge the change: neutral, never a failure."""
+    return {"conclusion": "neutral", "title": "not judged: infrastructure error"[:200],
+            "summary": truncate(f"The verifier could not run: {message}\n\n"
+                                "This says nothing about the change. `/rsi rerun` retries.",
+                                CHECK_SUMMARY_LIMIT)}
+
+
+# --------------------------------------------------------------------- issue status
+
+
+def task_summary(spec: Any) -> str:
+    """A short summary of a TaskSpec (duck-typed: objective, guards, agent, runner)."""
+    obj = dict(getattr(spec, "objective", {}) or {})
+    lines = [f"- **objective**: `{obj.get('metric', '?')}` of benchmark "
+             f"`{obj.get('benchmark', '?')}`, at least {_pct(float(obj.get('min_gain', 0)))} "
+             "per candidate"]
+    for g in getattr(spec, "guards", []) or []:
+        bound = (f"≤ {g['max_ratio']}x" if "max_ratio" in g else
+                 f"≤ +{g['max_delta']}" if "max_delta" in g else "")
+        lines.append(f"- **guard**: `{g.get('metric', '?')}` {bound}".rstrip())
+    for q in getattr(spec, "quality", []) or []:
+        lines.append(f"- **quality**: {q.get('kind', '?')} on `{q.get('output', '?')}`")
+    agent = getattr(spec, "agent", None)
+    if agent is not None:
+        lines.append(f"- **agent**: `{getattr(agent, 'kind', '?')}`, "
+                     f"{getattr(agent, 'rounds', '?')} rounds")
+    runner = getattr(spec, "runner", None)
+    if runner is not None and getattr(runner, "profile", None):
+        lines.append(f"- **runner**: `{runner.profile}`")
+    return "\n".join(lines)
+
+
+STATE_WORDS = {
+    "queued": "⏳ queued",
+    "invalid": "🛑 the proposal has problems",
+    "refused": "🛑 refused",
+    "baseline": "📏 measuring the baseline",
+    "running": "🏃 running rounds",
+    "stopping": "⏸️ stopping after the current step",
+    "stopped": "⏸️ stopped (`/rsi resume` continues)",
+    "rebaselining": "📏 measuring the new baseline",
+    "finished": "🏁 finished",
+    "failed": "⚠️ failed (infrastructure)",
+    "superseded": "↪️ superseded by a newer trigger",
+}
+
+
+def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
+                   candidates: Iterable[Any] = (), budget: int | None = None,
+                   rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
+                   note: str = "") -> str:
+    """The issue's sticky status comment."""
+    lines = [f"## rsi: {STATE_WORDS.get(state, state)}", ""]
+    if note:
+        lines += [note, ""]
+    if errors:
+        lines += ["The proposal cannot run yet. Fix these and add the label again:", ""]
+        lines += [f"- {e}" for e in errors]
+        lines += ["", "The issue form (`.github/ISSUE_TEMPLATE/rsi-proposal.yml`) lists every "
+                  "section; `rsi spec check` validates a proposal locally.", ""]
+    if summary:
+        lines += ["**Task**", "", summary, ""]
+    if b0 or bk:
+        lines += [f"B0 `{_short(b0)}` · Bk `{_short(bk)}`", ""]
+    if budget is not None or rounds_done:
+        lines += [f"Rounds: {rounds_done}" + (f" of {budget}" if budget is not None else ""), ""]
+    cands = list(candidates)
+    if cands:
+        lines += ["| # | verdict | hypothesis | PR |", "| --- | --- | --- | --- |"]
+        for c in cands:
+            icon, word = DECISION_WORDS.get(c.decision, ("", c.decision))
+            pr = f"#{c.pr_number}" if c.pr_number else "—"
+            if c.state in ("merged", "closed", "conflict"):
+                pr += f" ({c.state})"
+            hyp = (c.hypothesis or "").replace("|", "\\|").replace("\n", " ")[:120]
+            lines.append(f"| {c.n} | {icon} {word} | {hyp} | {pr} |")
+        lines.append("")
+    lines.append("_Commands: `/rsi status`, `/rsi stop`, `/rsi resume`, `/rsi budget N`, "
+                 "`/rsi rebaseline`, `/rsi help`; on a PR: `/rsi rerun`._")
+    return with_marker("\n".join(lines), STATUS)
+
+
+# --------------------------------------------------------------------- replies
+
+
+def help_text(label: str = "rsi") -> str:
+    return "\n".join([
+        "**rsi-bot commands** (one per line, at the start of the line; people with write, "
+        "maintain or admin access):", "",
+        f"- add the `{label}` label to a proposal issue: start a task (a newer label supersedes)",
+        "- `/rsi rerun`: on a bot PR, re-verify its head against the current Bk; on the issue, "
+        "every open candidate",
+        "- `/rsi status`: refresh the status comment",
+        "- `/rsi stop` / `/rsi resume`: pause and continue the rounds",
+        "- `/rsi budget N`: set the number of rounds to N",
+        "- `/rsi rebaseline`: measure the default branch as the new Bk and re-verify open "
+        "candidates",
+        "- `/rsi help`: this text",
+    ])
+
+
+def refusal(user: str, command: str, reason: str) -> str:
+    return f"@{user} `/rsi {command}` was not run: {reason}"
+
+
+def ack(user: str, text: str) -> str:
+    return f"@{user} {text}"
+
+
+def pr_title(issue: int, n: int, hypothesis: str | None) -> str:
+    hyp = (hypothesis or "candidate").strip().splitlines()[0] if hypothesis else "candidate"
+    return f"rsi #{issue}.{n}: {hyp}"[:250]
+
+
+def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | None,
+            labeler: str | None) -> str:
+    lines = [f"Candidate {n} of task #{issue} (part of #{issue}).", ""]
+    if hypothesis:
+        lines += [f"> {hypothesis.strip()}", ""]
+    if verdict is not None:
+        lines += [headline(verdict), ""]
+    lines += ["This draft PR holds exactly one change. The verifier's full report is in the "
+              "comment below and in the `rsi/verifier` check run.", "",
+              "Merging it makes the merge commit the new baseline (Bk) for the next rounds; "
+              "the bot never approves or merges."]
+    if labeler:
+        lines += ["", f"Review requested from @{labeler}, who started the task."]
+    return "\n".join(lines)
+
+
+def conflict_note(merged_pr: int | None, detail: str) -> str:
+    where = f" with #{merged_pr}" if merged_pr else ""
+    return (f"⚠️ **This candidate conflicts{where}**: it no longer applies to the new Bk, so it "
+            f"was not re-verified. Rebase it by hand or close it.\n\n```\n{detail[-1500:]}\n```")
+
+
+def reverified_note(bk: str | None, merged_pr: int | None = None) -> str:
+    why = f" after #{merged_pr} merged" if merged_pr else ""
+    return f"🔁 Re-verified against Bk `{_short(bk)}`{why}."

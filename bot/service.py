@@ -1,0 +1,75 @@
+"""Composition root: settings -> store, GitHub port, harness, executor, workers, app.
+
+The only place that turns settings into live objects (STYLE item 3); tests
+call the same functions with fakes in place of the port or the harness.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bot import handlers, jobs
+from bot.app import create_app
+from bot.context import Context
+from bot.executors import HEAVY, Executor, make_executor
+from bot.gh import GitHubPort, PyGithubPort
+from bot.harness_port import HarnessPort, RealHarness
+from bot.settings import Settings
+from bot.store import Store
+from bot.webhook import Event
+from bot.worker import Handler, JobRun, Permanent, WorkerPool
+
+log = logging.getLogger("rsi.bot")
+
+
+def build_port(settings: Settings) -> GitHubPort:
+    kw = {"base_url": settings.github_api_url, "throttle": settings.github_throttle}
+    if settings.uses_app:
+        return PyGithubPort.from_app(settings.github_app_id, settings.github_private_key,
+                                     installation_id=settings.github_installation_id, **kw)
+    return PyGithubPort.from_token(settings.github_token, **kw)
+
+
+def build_context(settings: Settings, *, store: Store | None = None,
+                  gh: GitHubPort | None = None, harness: HarnessPort | None = None) -> Context:
+    return Context(settings=settings, store=store or Store(settings.database_url),
+                   gh=gh or build_port(settings), harness=harness or RealHarness())
+
+
+def job_handler(ctx: Context, executor: Executor | None = None) -> Handler:
+    """What a worker does with each job kind."""
+    executor = executor or make_executor(ctx.settings.executor)
+
+    def handle(run: JobRun) -> Any:
+        kind = run.job.kind
+        if kind == "event":
+            d = ctx.store.delivery(run.payload["delivery_id"])
+            if d is None:
+                raise Permanent(f"delivery {run.payload['delivery_id']} is missing")
+            return handlers.route(ctx, Event(d.event, d.action, d.id, d.payload or {}))
+        if kind == "publish":
+            return jobs.publish(ctx, run)
+        if kind in HEAVY:
+            return executor.run(ctx, run)
+        raise Permanent(f"unknown job kind {kind!r}")
+
+    return handle
+
+
+def make_pool(ctx: Context, n: int | None = None, *, executor: Executor | None = None,
+              kinds: list[str] | None = None) -> WorkerPool:
+    s = ctx.settings
+    return WorkerPool(ctx.store, job_handler(ctx, executor), s.workers if n is None else n,
+                      lease_s=s.lease_s, poll_s=s.poll_s, backoff_base_s=s.backoff_base_s,
+                      backoff_max_s=s.backoff_max_s, kinds=kinds)
+
+
+def create_service(settings: Settings, *, ctx: Context | None = None, workers: int | None = None):
+    """The web app with its worker pool (``settings.workers`` threads) started at startup."""
+    ctx = ctx or build_context(settings)
+    n = settings.workers if workers is None else workers
+    start = (lambda: make_pool(ctx, n).start()) if n > 0 else None
+    app = create_app(settings, store=ctx.store, start_workers=start)
+    app.state.ctx = ctx
+    return app

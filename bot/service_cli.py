@@ -1,0 +1,85 @@
+"""``rsi serve`` and ``rsi worker`` (mounted in the ``rsi`` CLI by bot/cli.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+
+
+def _settings():
+    from bot.settings import SettingsError, load_settings
+
+    try:
+        return load_settings()
+    except SettingsError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2)
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve(host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
+          port: int = typer.Option(8080, help="Port to listen on."),
+          workers: Optional[int] = typer.Option(
+              None, help="Worker threads in this process (default RSI_WORKERS).")) -> None:
+    """Run the webhook service (and, by default, its worker pool)."""
+    import uvicorn
+
+    from bot.service import create_service
+
+    _logging()
+    settings = _settings()
+    uvicorn.run(create_service(settings, workers=workers), host=host, port=port,
+                log_level="info", access_log=False)
+
+
+@app.command()
+def worker(
+    local: bool = typer.Option(False, "--local", help="Take jobs from the bot's database "
+                               "(RSI_DATABASE_URL) and run them on this host."),
+    threads: int = typer.Option(1, help="Worker threads (with --local)."),
+    job: Optional[str] = typer.Option(None, help="A dispatched job: JSON text or a file "
+                                      "(actions executor, on the runner)."),
+    repo: Path = typer.Option(Path("."), help="Checkout of the target repo (with --job)."),
+    out: Path = typer.Option(Path("rsi-result"), help="Where the result goes (with --job)."),
+    state_dir: Path = typer.Option(Path(".rsi-state"), envvar="RSI_STATE_DIR",
+                                   help="Harness state (with --job; keep it on the runner)."),
+) -> None:
+    """Run jobs: from the bot's queue (--local), or one dispatched job (--job)."""
+    _logging()
+    if local == (job is not None):
+        typer.echo("give either --local or --job", err=True)
+        raise typer.Exit(2)
+    if job is not None:
+        from bot.executors.remote import execute
+
+        text = Path(job).read_text() if Path(job).is_file() else job
+        result = execute(json.loads(text), repo=repo, out=out, state_dir=state_dir)
+        typer.echo(json.dumps({"status": result.get("status"), "out": str(out)}))
+        return
+    from bot.service import build_context, make_pool
+
+    ctx = build_context(_settings())
+    pool = make_pool(ctx, threads).start()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    pool.stop()
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,20 @@
+"""The issue's sticky status comment, rendered from the store."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from bot import render, sticky
+from bot.context import Context
+
+
+def refresh_status(ctx: Context, task_id: int, *, note: str = "",
+                   errors: Sequence[str] = ()) -> None:
+    """Re-render the task's status comment and edit it in place."""
+    t = ctx.store.task(task_id)
+    if t is None:
+        return
+    body = render.status_comment(state=t.state, summary=t.summary or "", errors=errors,
+                                 candidates=ctx.store.candidates(t.id), budget=t.budget,
+                                 rounds_done=t.rounds_done, bk=t.bk_sha, b0=t.b0_sha, note=note)
+    sticky.upsert(ctx.gh, ctx.store, t.repo, t.issue, render.STATUS, body, login=ctx.login())

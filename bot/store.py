@@ -1,0 +1,541 @@
+"""Durable state: deliveries, the job queue, tasks, candidates, sticky comments.
+
+SQLAlchemy 2 over SQLite (default) or PostgreSQL (by URL). Everything the bot
+must not lose lives here, so a bot killed at any point resumes on restart.
+
+Job states::
+
+          enqueue                claim (lease)                 finish
+    ----> queued ---------------------------------> running ----------> done
+            ^  ^                                      |  |
+            |  '--- retry: next_run_at = now+backoff -'  '--- fail (attempts spent) --> failed
+            '------ lease expired (holder died): claimable again, attempts+1
+
+* A delivery is claimed by inserting its id (``ON CONFLICT DO NOTHING``); the
+  event job is inserted in the same transaction, so a delivery is stored and
+  queued exactly once.
+* A job is claimed by one ``UPDATE ... WHERE id = (SELECT ... LIMIT 1 [FOR
+  UPDATE SKIP LOCKED]) RETURNING``; a running job holds a lease that its
+  worker renews (heartbeat). A dead worker's lease runs out and the job is
+  claimed again, which is how a restarted bot resumes running work.
+* Jobs sharing a ``lane`` (one per task) never run at the same time.
+* ``key`` makes an enqueue idempotent: a retried handler does not queue twice.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    and_,
+    create_engine,
+    event,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+JOB_STATES = ("queued", "running", "done", "failed")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Delivery(Base):
+    __tablename__ = "deliveries"
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    event: Mapped[str] = mapped_column(String(100))
+    action: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    received_at: Mapped[float] = mapped_column(Float)
+    payload: Mapped[Any] = mapped_column(JSON)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(50))
+    payload: Mapped[Any] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(20), index=True, default="queued")
+    lane: Mapped[str | None] = mapped_column(String(300), nullable=True, index=True)
+    key: Mapped[str | None] = mapped_column(String(300), nullable=True, unique=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=8)
+    next_run_at: Mapped[float] = mapped_column(Float, index=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    result: Mapped[Any] = mapped_column(JSON, nullable=True)
+
+
+class Task(Base):
+    """One issue's task. ``generation`` grows with each new trigger (a newer
+    label supersedes: jobs of older generations stop and do nothing)."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (UniqueConstraint("repo", "issue"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    repo: Mapped[str] = mapped_column(String(300))
+    issue: Mapped[int] = mapped_column(Integer)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    state: Mapped[str] = mapped_column(String(30), default="queued")
+    labeler: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    trigger: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    installation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stop: Mapped[bool] = mapped_column(Boolean, default=False)
+    b0_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    bk_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    proposal: Mapped[str | None] = mapped_column(Text, nullable=True)
+    rounds_done: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Candidate(Base):
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("task_id", "generation", "n"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"))
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    n: Mapped[int] = mapped_column(Integer)
+    branch: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    decision: Mapped[str] = mapped_column(String(20))
+    verdict: Mapped[Any] = mapped_column(JSON, nullable=True)
+    hypothesis: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # none (not kept) | open (draft PR) | merged | closed | conflict
+    state: Mapped[str] = mapped_column(String(20), default="none")
+    pr_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class StickyComment(Base):
+    __tablename__ = "sticky_comments"
+    repo: Mapped[str] = mapped_column(String(300), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    marker: Mapped[str] = mapped_column(String(200), primary_key=True)
+    comment_id: Mapped[int] = mapped_column(Integer)
+
+
+class Installation(Base):
+    __tablename__ = "installations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    account: Mapped[str] = mapped_column(String(200))
+    suspended: Mapped[bool] = mapped_column(Boolean, default=False)
+    repos: Mapped[Any] = mapped_column(JSON, default=list)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    kind: str
+    payload: dict
+    attempts: int
+    max_attempts: int
+    lane: str | None
+    owner: str
+
+
+class Store:
+    """All database access of the bot. Thread-safe; one per process."""
+
+    def __init__(self, url: str, *, clock=time.time, create: bool = True):
+        self.url = url
+        self.clock = clock
+        self.sqlite = url.startswith("sqlite")
+        kw: dict[str, Any] = {"future": True}
+        if self.sqlite:
+            kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            if ":memory:" in url or url in ("sqlite://", "sqlite:///"):
+                kw["poolclass"] = StaticPool
+        else:
+            kw["pool_pre_ping"] = True
+            kw["pool_size"] = 10
+            kw["max_overflow"] = 20
+        self.engine = create_engine(url, **kw)
+        if self.sqlite:
+            self._sqlite_pragmas()
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+        # One writer at a time inside this process (SQLite allows one anyway;
+        # waiting on a lock is cheaper than SQLite's busy-retry loop).
+        self._wlock = threading.Lock() if self.sqlite else None
+        if create:
+            Base.metadata.create_all(self.engine)
+
+    def _sqlite_pragmas(self) -> None:
+        @event.listens_for(self.engine, "connect")
+        def _connect(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(self.engine, "begin")
+        def _begin(conn):
+            # IMMEDIATE: take the write lock up front, so two processes never
+            # deadlock upgrading read locks (they wait on busy_timeout instead).
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- sessions -------------------------------------------------------------
+    class _Tx:
+        def __init__(self, store: "Store"):
+            self.store = store
+
+        def __enter__(self) -> Session:
+            if self.store._wlock:
+                self.store._wlock.acquire()
+            self.session = self.store._session()
+            self.session.begin()
+            return self.session
+
+        def __exit__(self, exc_type, exc, tb):
+            try:
+                if exc_type is None:
+                    self.session.commit()
+                else:
+                    self.session.rollback()
+            finally:
+                self.session.close()
+                if self.store._wlock:
+                    self.store._wlock.release()
+
+    def tx(self) -> "_Tx":
+        return Store._Tx(self)
+
+    def _insert(self, model):
+        if self.sqlite:
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        return insert(model)
+
+    # -- deliveries -----------------------------------------------------------
+    def record_delivery(self, delivery_id: str, event_name: str, action: str | None,
+                        payload: dict) -> int | None:
+        """Claim a delivery and queue its event job, atomically.
+
+        Returns the job id, or None when this delivery id was seen before.
+        """
+        now = self.clock()
+        with self.tx() as s:
+            ins = (
+                self._insert(Delivery)
+                .values(id=delivery_id, event=event_name, action=action,
+                        received_at=now, payload=payload)
+                .on_conflict_do_nothing(index_elements=["id"])
+                .returning(Delivery.id)
+            )
+            if s.execute(ins).scalar() is None:
+                return None
+            job = Job(kind="event", payload={"delivery_id": delivery_id}, state="queued",
+                      key=f"event:{delivery_id}", attempts=0, max_attempts=8,
+                      next_run_at=now, created_at=now, updated_at=now)
+            s.add(job)
+            s.flush()
+            return job.id
+
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        with self.tx() as s:
+            return s.get(Delivery, delivery_id)
+
+    def count_deliveries(self) -> int:
+        with self.tx() as s:
+            return s.scalar(select(func.count()).select_from(Delivery)) or 0
+
+    # -- jobs -----------------------------------------------------------------
+    def enqueue(self, kind: str, payload: dict, *, lane: str | None = None,
+                key: str | None = None, delay_s: float = 0.0, max_attempts: int = 8) -> int | None:
+        """Queue a job; with ``key``, a second enqueue of the same key is a no-op (None)."""
+        now = self.clock()
+        values = dict(kind=kind, payload=payload, state="queued", lane=lane, key=key,
+                      attempts=0, max_attempts=max_attempts, next_run_at=now + delay_s,
+                      created_at=now, updated_at=now)
+        with self.tx() as s:
+            if key is None:
+                job = Job(**values)
+                s.add(job)
+                s.flush()
+                return job.id
+            ins = self._insert(Job).values(**values).on_conflict_do_nothing(
+                index_elements=["key"]).returning(Job.id)
+            return s.execute(ins).scalar()
+
+    def claim(self, owner: str, *, lease_s: float = 60.0,
+              kinds: Iterable[str] | None = None) -> ClaimedJob | None:
+        """Take the next runnable job (queued and due, or running with an expired lease)."""
+        while True:
+            now = self.clock()
+            claimable = or_(
+                and_(Job.state == "queued", Job.next_run_at <= now),
+                and_(Job.state == "running", Job.lease_until <= now),
+            )
+            busy_lanes = select(Job.lane).where(
+                Job.state == "running", Job.lease_until > now, Job.lane.is_not(None))
+            pick = (select(Job.id).where(claimable)
+                    .where(or_(Job.lane.is_(None), Job.lane.not_in(busy_lanes))))
+            if kinds is not None:
+                pick = pick.where(Job.kind.in_(list(kinds)))
+            pick = pick.order_by(Job.next_run_at, Job.id).limit(1)
+            if not self.sqlite:
+                pick = pick.with_for_update(skip_locked=True)
+            stmt = (
+                update(Job)
+                .where(Job.id == pick.scalar_subquery())
+                .where(claimable)
+                .values(state="running", lease_owner=owner, lease_until=now + lease_s,
+                        attempts=Job.attempts + 1, updated_at=now)
+                .returning(Job.id, Job.kind, Job.payload, Job.attempts, Job.max_attempts,
+                           Job.lane)
+                .execution_options(synchronize_session=False)
+            )
+            with self.tx() as s:
+                row = s.execute(stmt).first()
+                if row is None:
+                    return None
+                job_id, kind, payload, attempts, max_attempts, lane = row
+                if attempts > max_attempts:
+                    # Crashed holders spent its attempts: give up on it loudly.
+                    s.execute(update(Job).where(Job.id == job_id).values(
+                        state="failed", lease_owner=None, lease_until=None, updated_at=now,
+                        last_error=(f"gave up after {max_attempts} attempts "
+                                    "(its workers kept dying)")))
+                    continue
+            return ClaimedJob(job_id, kind, payload or {}, attempts, max_attempts, lane, owner)
+
+    def heartbeat(self, job: ClaimedJob, *, lease_s: float = 60.0) -> bool:
+        """Renew a lease; False when the job is no longer ours (it was re-claimed)."""
+        now = self.clock()
+        with self.tx() as s:
+            r = s.execute(update(Job).where(
+                Job.id == job.id, Job.lease_owner == job.owner, Job.state == "running",
+            ).values(lease_until=now + lease_s, updated_at=now))
+            return r.rowcount == 1
+
+    def finish(self, job: ClaimedJob, result: Any = None) -> bool:
+        now = self.clock()
+        with self.tx() as s:
+            r = s.execute(update(Job).where(
+                Job.id == job.id, Job.lease_owner == job.owner, Job.state == "running",
+            ).values(state="done", result=result, lease_owner=None, lease_until=None,
+                     updated_at=now))
+            return r.rowcount == 1
+
+    def fail(self, job: ClaimedJob, error: str, *, retry: bool = True,
+             backoff_base_s: float = 2.0, backoff_max_s: float = 600.0) -> str:
+        """Record a failure: back to ``queued`` after a backoff, or ``failed``. Returns the state."""
+        now = self.clock()
+        final = not retry or job.attempts >= job.max_attempts
+        delay = min(backoff_base_s * 2 ** max(job.attempts - 1, 0), backoff_max_s)
+        values: dict[str, Any] = dict(lease_owner=None, lease_until=None, updated_at=now,
+                                      last_error=error[-4000:])
+        if final:
+            values["state"] = "failed"
+        else:
+            values.update(state="queued", next_run_at=now + delay)
+        with self.tx() as s:
+            s.execute(update(Job).where(
+                Job.id == job.id, Job.lease_owner == job.owner, Job.state == "running",
+            ).values(**values))
+        return values["state"]
+
+    def job(self, job_id: int) -> Job | None:
+        with self.tx() as s:
+            return s.get(Job, job_id)
+
+    def jobs(self, *, kind: str | None = None, state: str | None = None) -> list[Job]:
+        with self.tx() as s:
+            q = select(Job).order_by(Job.id)
+            if kind:
+                q = q.where(Job.kind == kind)
+            if state:
+                q = q.where(Job.state == state)
+            return list(s.scalars(q))
+
+    def job_counts(self) -> dict[str, int]:
+        with self.tx() as s:
+            rows = s.execute(select(Job.state, func.count()).group_by(Job.state)).all()
+        counts = {st: 0 for st in JOB_STATES}
+        counts.update({st: n for st, n in rows})
+        return counts
+
+    def oldest_queued_age(self) -> float:
+        """Seconds the oldest due job has been waiting (0 when none)."""
+        now = self.clock()
+        with self.tx() as s:
+            oldest = s.scalar(select(func.min(Job.next_run_at)).where(
+                Job.state == "queued", Job.next_run_at <= now))
+        return max(0.0, now - oldest) if oldest is not None else 0.0
+
+    # -- tasks ----------------------------------------------------------------
+    def start_task(self, repo: str, issue: int, *, labeler: str | None,
+                   installation_id: int | None, trigger: str | None = None) -> Task:
+        """Create the issue's task, or supersede the current one (generation + 1).
+
+        ``trigger`` (the delivery id) makes a retried handler idempotent: the same
+        trigger returns the same generation."""
+        now = self.clock()
+        with self.tx() as s:
+            task = s.scalar(select(Task).where(Task.repo == repo, Task.issue == issue))
+            if task is None:
+                task = Task(repo=repo, issue=issue, generation=1, state="queued",
+                            labeler=labeler, installation_id=installation_id, stop=False,
+                            rounds_done=0, trigger=trigger, created_at=now, updated_at=now)
+                s.add(task)
+            elif trigger is not None and task.trigger == trigger:
+                pass
+            else:
+                task.trigger = trigger
+                task.generation += 1
+                task.state = "queued"
+                task.labeler = labeler
+                task.installation_id = installation_id or task.installation_id
+                task.stop = False
+                task.rounds_done = 0
+                task.updated_at = now
+            s.flush()
+            return task
+
+    def task(self, task_id: int) -> Task | None:
+        with self.tx() as s:
+            return s.get(Task, task_id)
+
+    def find_task(self, repo: str, issue: int) -> Task | None:
+        with self.tx() as s:
+            return s.scalar(select(Task).where(Task.repo == repo, Task.issue == issue))
+
+    def update_task(self, task_id: int, *, generation: int | None = None, **fields) -> bool:
+        """Update a task; with ``generation``, only while that generation is current."""
+        fields["updated_at"] = self.clock()
+        with self.tx() as s:
+            q = update(Task).where(Task.id == task_id)
+            if generation is not None:
+                q = q.where(Task.generation == generation)
+            return s.execute(q.values(**fields)).rowcount == 1
+
+    def tasks(self) -> list[Task]:
+        with self.tx() as s:
+            return list(s.scalars(select(Task).order_by(Task.id)))
+
+    # -- candidates -----------------------------------------------------------
+    def upsert_candidate(self, task_id: int, n: int, *, generation: int = 1,
+                         **fields) -> Candidate:
+        now = self.clock()
+        with self.tx() as s:
+            c = s.scalar(select(Candidate).where(Candidate.task_id == task_id,
+                                                 Candidate.generation == generation,
+                                                 Candidate.n == n))
+            if c is None:
+                fields.setdefault("decision", "error")
+                c = Candidate(task_id=task_id, generation=generation, n=n, updated_at=now,
+                              **fields)
+                s.add(c)
+            else:
+                for k, v in fields.items():
+                    setattr(c, k, v)
+                c.updated_at = now
+            s.flush()
+            return c
+
+    def candidates(self, task_id: int, *, state: str | None = None,
+                   generation: int | None = None) -> list[Candidate]:
+        with self.tx() as s:
+            q = select(Candidate).where(Candidate.task_id == task_id).order_by(
+                Candidate.generation, Candidate.n)
+            if state:
+                q = q.where(Candidate.state == state)
+            if generation is not None:
+                q = q.where(Candidate.generation == generation)
+            return list(s.scalars(q))
+
+    def candidate_by_pr(self, repo: str, pr_number: int) -> tuple[Task, Candidate] | None:
+        with self.tx() as s:
+            row = s.execute(
+                select(Task, Candidate).join(Candidate, Candidate.task_id == Task.id)
+                .where(Task.repo == repo, Candidate.pr_number == pr_number)).first()
+            return (row[0], row[1]) if row else None
+
+    def candidate_by_branch(self, repo: str, branch: str) -> tuple[Task, Candidate] | None:
+        with self.tx() as s:
+            row = s.execute(
+                select(Task, Candidate).join(Candidate, Candidate.task_id == Task.id)
+                .where(Task.repo == repo, Candidate.branch == branch)).first()
+            return (row[0], row[1]) if row else None
+
+    def verdict_counts(self) -> dict[str, int]:
+        with self.tx() as s:
+            rows = s.execute(select(Candidate.decision, func.count())
+                             .group_by(Candidate.decision)).all()
+        return {d: n for d, n in rows}
+
+    # -- sticky comments ------------------------------------------------------
+    def sticky(self, repo: str, number: int, marker: str) -> int | None:
+        with self.tx() as s:
+            row = s.get(StickyComment, (repo, number, marker))
+            return row.comment_id if row else None
+
+    def set_sticky(self, repo: str, number: int, marker: str, comment_id: int) -> None:
+        with self.tx() as s:
+            row = s.get(StickyComment, (repo, number, marker))
+            if row is None:
+                s.add(StickyComment(repo=repo, number=number, marker=marker,
+                                    comment_id=comment_id))
+            else:
+                row.comment_id = comment_id
+
+    # -- installations --------------------------------------------------------
+    def set_installation(self, inst_id: int, *, account: str | None = None,
+                         suspended: bool | None = None, add_repos: Iterable[str] = (),
+                         remove_repos: Iterable[str] = (), deleted: bool = False) -> None:
+        now = self.clock()
+        with self.tx() as s:
+            row = s.get(Installation, inst_id)
+            if deleted:
+                if row is not None:
+                    s.delete(row)
+                return
+            if row is None:
+                row = Installation(id=inst_id, account=account or "", suspended=False,
+                                   repos=[], updated_at=now)
+                s.add(row)
+            if account:
+                row.account = account
+            if suspended is not None:
+                row.suspended = suspended
+            repos = [r for r in (row.repos or []) if r not in set(remove_repos)]
+            repos += [r for r in add_repos if r not in repos]
+            row.repos = repos
+            row.updated_at = now
+
+    def installation(self, inst_id: int) -> Installation | None:
+        with self.tx() as s:
+            return s.get(Installation, inst_id)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)

@@ -1,0 +1,123 @@
+"""The streaming server: text in, audio chunks out.
+
+Per request: encode the text, then decode codec tokens autoregressively and
+vocode them chunk by chunk, so that the first audio leaves before the whole
+utterance is decoded. A background worker collects per-chunk statistics.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from .model import TinyTTS
+from .settings import SETTINGS, Settings
+from .text import FRAMES_PER_WORD, encode
+
+CHUNK_FRAMES = 8  # codec frames per streamed chunk (160 ms of audio)
+OUTPUT_GAIN = 0.9
+
+
+@dataclass
+class Chunk:
+    codes: list[int]
+    audio: object  # 1-D samples: a list of floats or a tensor (anything with len())
+
+
+@dataclass
+class Stats:
+    chunks: int = 0
+    frames: int = 0
+    samples: int = 0
+    by_request: dict[int, int] = field(default_factory=dict)
+
+
+def postprocess(samples: list[float], gain: float = OUTPUT_GAIN) -> list[float]:
+    """Output gain and hard clipping to [-1, 1]."""
+    return [max(-1.0, min(1.0, s * gain)) for s in samples]
+
+
+class TTSServer:
+    def __init__(self, model: TinyTTS, reference: torch.Tensor, settings: Settings = SETTINGS) -> None:
+        torch.set_num_threads(max(1, int(settings.threads)))
+        self.model = model
+        self.reference = reference
+        self.stats = Stats()
+        self._events: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._stats_loop, name="tts-stats", daemon=True)
+        self._worker.start()
+        self._next_id = 0
+
+    # -- background statistics -------------------------------------------------
+    def _stats_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rid, frames, samples = self._events.get_nowait()
+            except queue.Empty:
+                time.sleep(0)  # yield, then poll again
+                continue
+            self.stats.chunks += 1
+            self.stats.frames += frames
+            self.stats.samples += samples
+            self.stats.by_request[rid] = self.stats.by_request.get(rid, 0) + samples
+
+    def close(self) -> None:
+        self._stop.set()
+        self._worker.join(timeout=5)
+
+    def __enter__(self) -> "TTSServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- synthesis ---------------------------------------------------------------
+    @torch.inference_mode()
+    def synthesize(self, text: str) -> Iterator[Chunk]:
+        """Stream the utterance as chunks of codec tokens and audio."""
+        rid, self._next_id = self._next_id, self._next_id + 1
+        ids = encode(text)
+        memory = self.model.encoder(torch.tensor([ids]))[0].tolist()  # rows for the decoder stage
+        targets = alignment(ids)
+
+        state = self.model.decoder.init_state()
+        prev = self.model.decoder.BOS
+        for start in range(0, len(targets), CHUNK_FRAMES):
+            spk = self._speaker_embedding()
+            codes, prev, state = self._decode(targets[start:start + CHUNK_FRAMES], prev, state, memory, spk)
+            audio = self._finish(self._vocode(codes, spk))
+            self._events.put((rid, len(codes), len(audio)))
+            yield Chunk(codes=codes, audio=audio)
+
+    def _speaker_embedding(self) -> torch.Tensor:
+        """The speaker embedding of the reference clip."""
+        return self.model.speaker(self.reference)
+
+    def _decode(self, targets: list[int], prev: int, state: torch.Tensor, memory, spk: torch.Tensor):
+        """Decode one chunk of codec tokens autoregressively (greedy)."""
+        codes = []
+        for target in targets:
+            prev, state = self.model.decoder.step(prev, state, torch.as_tensor(memory), spk, target)
+            codes.append(prev)
+        return codes, prev, state
+
+    def _vocode(self, codes: list[int], spk: torch.Tensor) -> torch.Tensor:
+        """Codec tokens -> waveform, [len(codes) * HOP] samples."""
+        frames = [self.model.vocoder(torch.tensor([code]), spk) for code in codes]
+        return torch.cat(frames).view(-1)
+
+    def _finish(self, audio: torch.Tensor):
+        """Output stage: gain and clipping."""
+        return postprocess(audio.tolist())
+
+
+def alignment(ids: list[int]) -> list[int]:
+    """The aligned codec token of every frame: each word is spoken for
+    FRAMES_PER_WORD frames."""
+    return [w * FRAMES_PER_WORD + f for w in ids for f in range(FRAMES_PER_WORD)]

@@ -1,0 +1,3 @@
+from harness.cli import app
+
+app()

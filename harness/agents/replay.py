@@ -1,0 +1,65 @@
+"""``replay``: applies given patch files, one per round, in order.
+
+For reproducing a human's patch under the verifier, and for tests and the
+demo. The hypothesis is the patch's ``Subject:`` (``git format-patch``), else
+its first ``#`` comment line, else its file name. A patch that does not apply
+on Bk is an ``error`` candidate with git's message.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from harness.agents.base import AgentContext, AgentOutcome
+
+
+def patch_hypothesis(text: str, name: str) -> str:
+    m = re.search(r"^Subject:\s*(?:\[PATCH[^\]]*\]\s*)?(.+(?:\n[ \t].+)*)", text, re.MULTILINE)
+    if m:
+        return " ".join(m.group(1).split())
+    for line in text.splitlines():
+        if line.startswith(("diff ", "--- ", "Index:")):
+            break
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return Path(name).stem.replace("-", " ").replace("_", " ")
+
+
+class ReplayAgent:
+    name = "replay"
+
+    def __init__(self, patches: list[Path | str]):
+        self.patches = [Path(p) for p in patches]
+
+    def run(self, ctx: AgentContext) -> AgentOutcome:
+        t0 = time.monotonic()
+        i = int(ctx.state.get("next", 0))
+        if i >= len(self.patches):
+            return AgentOutcome(done=True, hypothesis="replay: every patch has been applied")
+        ctx.state["next"] = i + 1
+        path = self.patches[i]
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            return AgentOutcome(error=f"patch {path}: {exc}", duration_s=time.monotonic() - t0)
+        hyp = patch_hypothesis(text, path.name)
+        change = {"kind": "patch", "file": path.name, "index": i}
+        proc = subprocess.run(  # noqa: PLW1510 - the return code is read below
+            ["git", "-c", "safe.directory=*", "apply", "--whitespace=nowarn", "-"],
+            cwd=ctx.worktree,
+            input=text,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            return AgentOutcome(
+                hypothesis=hyp,
+                error=f"patch {path.name} does not apply on Bk: {proc.stderr.strip()[-800:]}",
+                change=change,
+                raw_patch=text,
+                duration_s=time.monotonic() - t0,
+            )
+        return AgentOutcome(hypothesis=hyp, change=change, raw_patch=text, duration_s=time.monotonic() - t0)

@@ -1,0 +1,186 @@
+"""The ledger: the experience library of a target repo, kept in git.
+
+One JSON line per candidate (and per re-verification) in ``ledger.jsonl`` on the
+branch ``rsi/ledger`` of the target repo. Records are appended with git
+plumbing only (``hash-object``, ``mktree``, ``commit-tree``, ``update-ref`` with
+the old value, so two writers cannot lose each other's line), which never
+touches the user's worktree, index or checked-out branch. The branch can be
+pushed and reviewed like any other; it survives any machine.
+
+Appends are idempotent: a record whose ``id`` is already on the branch is not
+written again (a resumed run may retry the append it was killed during).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.gitutil import GitError, git, rev_parse
+
+SCHEMA = "rsi.ledger/1"
+BRANCH = "rsi/ledger"
+REF = f"refs/heads/{BRANCH}"
+FILE = "ledger.jsonl"
+
+Status = Literal["kept", "open", "rolled_back", "merged", "conflict", "superseded"]
+
+
+class GuardOutcome(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    against: str = "bk"
+    status: str
+    value: float | None = None
+    bound: str = ""
+
+
+class LedgerRecord(BaseModel):
+    """One candidate's outcome (or one re-verification of it)."""
+
+    schema_: Literal["rsi.ledger/1"] = Field(SCHEMA, alias="schema")
+    id: str
+    """``<task>/<n>`` for a candidate, ``<task>/<n>/reverify/<bk sha>`` for a re-check."""
+    event: Literal["candidate", "reverify"] = "candidate"
+    task: str
+    round: int
+    candidate: int
+    agent: str
+    hypothesis: str = ""
+    branch: str = ""
+    sha: str = ""
+    base_sha: str = ""
+    """Bk the candidate was made on and verified against."""
+    b0_sha: str = ""
+    files: list[str] = Field(default_factory=list)
+    lines_added: int = 0
+    lines_removed: int = 0
+    decision: str
+    """accept | review | reject | inconclusive | error (the verifier's, or the policy's reject)."""
+    reason: str = ""
+    status: Status | None = None
+    """What the loop did with it: kept (Bk advanced), open (awaiting review), rolled_back..."""
+    objective_metric: str = ""
+    ratio: float | None = None
+    """Objective ratio candidate / Bk."""
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    gain: float | None = None
+    gain_vs_b0: float | None = None
+    guards: list[GuardOutcome] = Field(default_factory=list)
+    violations: list[str] = Field(default_factory=list)
+    change: dict[str, Any] | None = None
+    """Structured change, for agents that have one (tuner: {knob, value, was, context})."""
+    patch_id: str = ""
+    """``git patch-id --stable`` of the diff: the same change on any base."""
+    verdict: dict[str, Any] | None = None
+    recorded_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    def to_line(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    @classmethod
+    def from_verdict(cls, verdict: Any, **fields: Any) -> LedgerRecord:
+        """Fill decision, reason, ratio, interval and guards from a Verdict."""
+        obj = getattr(verdict, "objective", None)
+        ci = getattr(obj, "ratio_ci", None) if obj is not None else None
+        guards = [
+            GuardOutcome(
+                name=g.name, against=g.against, status=g.status, value=g.value, bound=g.bound
+            )
+            for g in getattr(verdict, "guards", ())
+        ]
+        try:
+            vd = json.loads(verdict.to_json())
+        except Exception:  # noqa: BLE001 - a record without the full verdict is still a record
+            vd = None
+        return cls(
+            decision=verdict.decision,
+            reason=verdict.reason,
+            objective_metric=getattr(obj, "metric", "") if obj is not None else "",
+            ratio=getattr(obj, "ratio", None) if obj is not None else None,
+            ratio_low=ci.low if ci is not None else None,
+            ratio_high=ci.high if ci is not None else None,
+            gain=getattr(obj, "gain", None) if obj is not None else None,
+            gain_vs_b0=getattr(obj, "gain_vs_b0", None) if obj is not None else None,
+            guards=guards,
+            verdict=vd,
+            **fields,
+        )
+
+
+class Ledger:
+    """The ledger of one target repo (a path to a git repository)."""
+
+    def __init__(self, repo: Path | str, *, ref: str = REF):
+        self.repo = Path(repo)
+        self.ref = ref
+
+    def _tip(self) -> str | None:
+        return rev_parse(self.repo, self.ref)
+
+    def _text(self, tip: str | None) -> str:
+        if tip is None:
+            return ""
+        try:
+            return git(self.repo, "cat-file", "blob", f"{tip}:{FILE}") + "\n"
+        except GitError:
+            return ""
+
+    def records(self, *, task: str | None = None) -> list[LedgerRecord]:
+        """All records (optionally of one task), oldest first. Lines of another
+        schema or that do not parse are skipped."""
+        out = []
+        for line in self._text(self._tip()).splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                raw = json.loads(line)
+                if raw.get("schema") != SCHEMA:
+                    continue
+                rec = LedgerRecord.model_validate(raw)
+            except (ValueError, TypeError):
+                continue
+            if task is None or rec.task == task:
+                out.append(rec)
+        return out
+
+    def ids(self) -> set[str]:
+        return {r.id for r in self.records()}
+
+    def append(self, record: LedgerRecord, *, attempts: int = 50) -> bool:
+        """Append one record; False when a record with its id is already there."""
+        line = record.to_line()
+        for _ in range(attempts):
+            tip = self._tip()
+            text = self._text(tip)
+            for existing in text.splitlines():
+                try:
+                    if json.loads(existing).get("id") == record.id:
+                        return False
+                except ValueError:
+                    continue
+            blob = git(self.repo, "hash-object", "-w", "--stdin", input=text + line + "\n")
+            tree = git(self.repo, "mktree", input=f"100644 blob {blob}\t{FILE}\n")
+            msg = f"ledger: {record.id} {record.decision}"
+            args = ["commit-tree", tree, "-m", msg]
+            if tip:
+                args[2:2] = ["-p", tip]
+            commit = git(self.repo, *args)
+            try:
+                git(self.repo, "update-ref", "-m", msg, self.ref, commit, tip or "0" * 40)
+                return True
+            except GitError:
+                # someone else appended (or holds the ref lock): re-read and retry
+                time.sleep(random.uniform(0.005, 0.05))
+                continue
+        raise RuntimeError(f"could not append {record.id} to {self.ref} after {attempts} attempts")

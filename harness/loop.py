@@ -1,0 +1,795 @@
+"""The loop: propose, measure, judge, keep or roll back, remember.
+
+::
+
+    run_task
+      |- B0: calibrate (A/A pairs); refuse when too noisy for min_gain
+      '- each round, until the budget, should_stop(), N straight rejections,
+         or an agent with nothing left to try:
+           agent   fresh worktree of Bk + TASK.md -> agent edits it
+           policy  diff checked (unidiff); a violation is a reject
+           commit  rsi/<task>/<n>, hypothesis as the subject
+           verify  fresh container: candidate vs Bk and B0
+           record  one ledger line (rsi/ledger); keep:
+                     advance -> Bk = candidate now
+                     propose -> candidate stays open for review
+
+Each round moves through the stages ``agent -> verify -> record``; the state
+(``<state_dir>/state.json``, written atomically) is saved at every stage
+boundary, so a run killed at any point and started again continues where it
+was: an agent run cut off is redone from the same start state, a committed
+candidate is not made twice, a verdict is not measured twice, and a ledger
+line is never duplicated (appends are idempotent by record id).
+
+``rebaseline(ref)`` measures a new Bk (a merge) and re-verifies every open
+candidate on top of it; ``reverify(branch)`` re-judges one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.agents import Agent, AgentContext, AgentOutcome, make_agent
+from harness.agents.taskmd import write_task_md
+from harness.gitutil import GitError, git, git_ok, rev_parse
+from harness.ledger import Ledger, LedgerRecord
+from harness.policy import PolicyResult, check_diff
+from harness.spec import TaskSpec
+from harness.verification import VerifierBackend, calibration_ok, error_verdict, make_backend
+from harness.workspace import Workspace, candidate_branch
+
+log = logging.getLogger(__name__)
+
+STATE_SCHEMA = "rsi.loop-state/1"
+
+EventKind = Literal[
+    "resumed",
+    "baseline",
+    "refused",
+    "round_started",
+    "agent_finished",
+    "verifying",
+    "progress",
+    "candidate",
+    "paused",
+    "stopped",
+    "finished",
+    "rebaseline",
+    "reverified",
+]
+Status = Literal["running", "finished", "exhausted", "paused", "stopped", "refused"]
+
+
+class LoopEvent(BaseModel):
+    """What the loop tells its watcher (the bot, the demo's progress display).
+
+    ``candidate`` events carry ``branch``, ``sha``, ``verdict`` and ``record``;
+    ``baseline`` carries the calibration in ``data``; every event has a
+    human ``message``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    kind: EventKind
+    task_id: str
+    message: str = ""
+    round: int | None = None
+    candidate: int | None = None
+    branch: str | None = None
+    sha: str | None = None
+    verdict: Any = None
+    """``verifier.verdict.Verdict`` (candidate, reverified)."""
+    record: LedgerRecord | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+class CandidateState(BaseModel):
+    n: int
+    round: int
+    agent: str = ""
+    branch: str = ""
+    sha: str = ""
+    base_sha: str = ""
+    hypothesis: str = ""
+    decision: str = ""
+    reason: str = ""
+    status: str = ""
+    gain: float | None = None
+    gain_vs_b0: float | None = None
+    ratio: float | None = None
+    ledger_id: str = ""
+
+
+class InProgress(BaseModel):
+    round: int
+    n: int
+    agent: str = ""
+    stage: Literal["agent", "verify", "record"] = "agent"
+    base_sha: str
+    agent_state_before: dict[str, Any] = Field(default_factory=dict)
+    agent_state_after: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None
+    policy: dict[str, Any] | None = None
+    sha: str = ""
+    branch: str = ""
+    decision: str = ""
+    """Set when the candidate is decided before verification (policy, error)."""
+    reason: str = ""
+    verdict: dict[str, Any] | None = None
+    patch_id: str = ""
+
+
+class LoopState(BaseModel):
+    schema_: Literal["rsi.loop-state/1"] = Field(STATE_SCHEMA, alias="schema")
+    task_id: str
+    repo: str
+    agent: str = ""
+    keep: Literal["advance", "propose"] = "advance"
+    b0_sha: str = ""
+    bk_sha: str = ""
+    calibration: dict[str, Any] | None = None
+    status: Status = "running"
+    reason: str = ""
+    rounds_done: int = 0
+    next_n: int = 1
+    straight_rejections: int = 0
+    agent_state: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Each agent's own state, by agent name (a task may use several agents in turn)."""
+    in_progress: InProgress | None = None
+    candidates: list[CandidateState] = Field(default_factory=list)
+    bk_history: list[dict[str, Any]] = Field(default_factory=list)
+    """Every Bk of the task: {sha, at, via} (via: b0 | candidate n | rebaseline)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class TaskResult(BaseModel):
+    task_id: str
+    status: Status
+    reason: str = ""
+    b0_sha: str
+    bk_sha: str
+    rounds: int
+    candidates: list[CandidateState]
+    calibration: dict[str, Any] | None = None
+    gain_vs_b0: float | None = None
+    """Objective gain of the best kept candidate over B0 (0.3 = 30% better)."""
+
+    @property
+    def kept(self) -> list[CandidateState]:
+        return [c for c in self.candidates if c.status == "kept"]
+
+    @property
+    def open(self) -> list[CandidateState]:
+        return [c for c in self.candidates if c.status == "open"]
+
+
+# ------------------------------------------------------------------ state I/O
+
+
+def state_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "state.json"
+
+
+def load_state(state_dir: Path) -> LoopState | None:
+    p = state_path(state_dir)
+    if not p.exists():
+        return None
+    return LoopState.model_validate_json(p.read_text())
+
+
+def save_state(state_dir: Path, state: LoopState) -> None:
+    """Write atomically: a kill leaves the old state or the new one, never half."""
+    p = state_path(state_dir)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".state.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(state.model_dump_json(by_alias=True, indent=1))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+    try:
+        fd = os.open(str(p.parent), os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+# --------------------------------------------------------------------- loop
+
+
+class _Loop:
+    def __init__(
+        self,
+        repo: Path,
+        spec: TaskSpec,
+        state_dir: Path,
+        backend: VerifierBackend,
+        on_event: Callable[[LoopEvent], None] | None,
+    ):
+        self.repo = Path(repo).resolve()
+        self.spec = spec
+        self.state_dir = Path(state_dir).resolve()
+        self.ws = Workspace(self.repo, self.state_dir / "worktrees")
+        self.ledger = Ledger(self.repo)
+        self.backend = backend
+        self.on_event = on_event
+        self.extra_protected = spec.protected_paths()
+
+    def emit(self, kind: str, message: str = "", **kw: Any) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(LoopEvent(kind=kind, task_id=self.spec.task_id, message=message, **kw))
+        except Exception:  # noqa: BLE001 - a broken watcher must not stop the loop
+            log.exception("on_event failed for a %s event", kind)
+
+    def progress(self, round_: int | None = None, n: int | None = None):
+        def cb(message: str, data: dict) -> None:
+            self.emit("progress", message, round=round_, candidate=n, data=data)
+
+        return cb
+
+    def b0_dir(self, st: LoopState) -> Path:
+        return self.ws.ensure("b0", st.b0_sha)
+
+    def bk_dir(self, st: LoopState) -> Path:
+        if st.bk_sha == st.b0_sha:
+            return self.b0_dir(st)
+        return self.ws.ensure("bk", st.bk_sha)
+
+    def save(self, st: LoopState) -> None:
+        save_state(self.state_dir, st)
+
+    # -- B0 ------------------------------------------------------------
+    def baseline(self, st: LoopState) -> bool:
+        if st.calibration is not None:
+            return True
+        b0 = self.b0_dir(st)
+        self.emit("progress", f"measuring B0 {st.b0_sha[:12]} (calibration)", data={"phase": "calibrate"})
+        try:
+            cal = self.backend.calibrate(b0, self.spec, progress=self.progress())
+        except Exception as exc:  # noqa: BLE001 - a failed calibration refuses the task, with the reason
+            st.status, st.reason = "refused", f"could not measure B0: {exc}"
+            self.save(st)
+            self.emit("refused", st.reason)
+            return False
+        ok, message = calibration_ok(cal, self.spec.min_gain)
+        st.calibration = cal
+        if not ok:
+            st.status, st.reason = "refused", message
+            self.save(st)
+            self.emit("refused", message, data={"calibration": cal})
+            return False
+        self.save(st)
+        self.emit("baseline", f"B0 {st.b0_sha[:12]} measured: {message}", sha=st.b0_sha, data={"calibration": cal})
+        return True
+
+    # -- one round -----------------------------------------------------
+    def round(self, st: LoopState, agent: Agent, rounds_total: int) -> bool:
+        """Run (or finish) one round; False when the agent has nothing left."""
+        if st.in_progress is None:
+            st.in_progress = InProgress(
+                round=st.rounds_done + 1,
+                n=st.next_n,
+                agent=agent.name,
+                base_sha=st.bk_sha,
+                agent_state_before=copy.deepcopy(st.agent_state.get(agent.name, {})),
+            )
+            self.save(st)
+        ip = st.in_progress
+        if ip.stage == "agent" and ip.agent != agent.name:
+            # resumed with another agent before the old one finished: its round, from the start
+            ip.agent = agent.name
+            ip.agent_state_before = copy.deepcopy(st.agent_state.get(agent.name, {}))
+            self.save(st)
+        self.emit(
+            "round_started",
+            f"round {ip.round}/{rounds_total}: {agent.name} on Bk {ip.base_sha[:12]}",
+            round=ip.round,
+            candidate=ip.n,
+            data={"stage": ip.stage, "agent": agent.name, "bk": ip.base_sha},
+        )
+        if ip.stage == "agent" and not self.agent_stage(st, ip, agent):
+            return False
+        if ip.stage == "verify":
+            self.verify_stage(st, ip)
+        if ip.stage == "record":
+            self.record_stage(st, ip, agent)
+        return True
+
+    def agent_stage(self, st: LoopState, ip: InProgress, agent: Agent) -> bool:
+        name = f"cand-{ip.n}"
+        wt = self.ws.checkout(name, ip.base_sha, writable_by_others=True)
+        io_dir = self.state_dir / "rounds" / str(ip.n)
+        io_dir.mkdir(parents=True, exist_ok=True)
+        records = self.ledger.records()
+        task_md = write_task_md(self.spec, records, round=ip.round, bk_sha=ip.base_sha, workdir="/work/repo")
+        (io_dir / "TASK.md").write_text(task_md)
+        agent_state = copy.deepcopy(ip.agent_state_before)
+        ctx = AgentContext(
+            spec=self.spec,
+            worktree=wt,
+            round=ip.round,
+            candidate=ip.n,
+            bk_sha=ip.base_sha,
+            task_md=task_md,
+            task_file=io_dir / "TASK.md",
+            io_dir=io_dir,
+            ledger=records,
+            state=agent_state,
+            timeout_s=self.spec.agent.round_timeout_s,
+        )
+        t0 = time.monotonic()
+        try:
+            outcome = agent.run(ctx)
+        except Exception as exc:  # noqa: BLE001 - an agent crash is an error candidate
+            outcome = AgentOutcome(error=f"agent {agent.name} raised {type(exc).__name__}: {exc}")
+        outcome.duration_s = outcome.duration_s or (time.monotonic() - t0)
+        if outcome.log:
+            (io_dir / "agent.log").write_text(outcome.log)
+        diff = ""
+        try:
+            diff = self.ws.collect(wt)
+        except GitError as exc:
+            outcome.error = outcome.error or f"could not read the agent's changes: {exc}"
+        if outcome.done and not diff.strip() and not outcome.error:
+            st.in_progress = None
+            st.status, st.reason = "exhausted", outcome.hypothesis or f"{agent.name} has nothing left to try"
+            self.ws.remove(name)
+            self.save(st)
+            return False
+        self.emit(
+            "agent_finished",
+            f"{agent.name}: {outcome.hypothesis or '(no hypothesis)'}" + (f" [error: {outcome.error}]" if outcome.error else ""),
+            round=ip.round,
+            candidate=ip.n,
+            data={"duration_s": outcome.duration_s, "error": outcome.error},
+        )
+
+        pol = PolicyResult()
+        if outcome.raw_patch:
+            pol = check_diff(outcome.raw_patch, self.spec.policy, extra_protected=self.extra_protected)
+        if pol.ok and diff.strip():
+            pol = check_diff(diff, self.spec.policy, extra_protected=self.extra_protected)
+        ip.policy = pol.model_dump()
+        ip.outcome = outcome.model_dump(exclude={"log", "raw_patch"})
+        ip.agent_state_after = ctx.state
+        ip.branch = candidate_branch(self.spec.task_id, ip.n)
+        if not pol.ok:
+            ip.decision, ip.reason = "reject", "edit policy: " + pol.reason()
+        elif outcome.error:
+            ip.decision, ip.reason = "error", outcome.error
+        elif not diff.strip():
+            ip.decision, ip.reason = "reject", "the agent made no change"
+        if diff.strip():
+            body = f"rsi task {self.spec.task_id}, round {ip.round}, agent {agent.name}\nBk: {ip.base_sha}"
+            ip.sha = self.ws.commit(wt, ip.branch, outcome.hypothesis, body)
+            ip.patch_id = self.ws.patch_id(ip.base_sha, ip.sha)
+        ip.stage = "record" if ip.decision else "verify"
+        self.save(st)
+        if ip.decision:
+            self.ws.remove(name)
+        return True
+
+    def verify_stage(self, st: LoopState, ip: InProgress) -> None:
+        cand = self.ws.ensure(f"cand-{ip.n}", ip.sha)
+        bk = self.bk_dir(st) if st.bk_sha == ip.base_sha else self.ws.ensure("bk-old", ip.base_sha)
+        b0 = self.b0_dir(st)
+        shas = {"b0": st.b0_sha, "bk": ip.base_sha, "candidate": ip.sha}
+        self.emit("verifying", f"verifying #{ip.n} against Bk and B0", round=ip.round, candidate=ip.n, sha=ip.sha)
+        verdict = self.backend.verify(
+            bk,
+            cand,
+            self.spec,
+            b0=None if ip.base_sha == st.b0_sha else b0,
+            shas=shas,
+            calibration=st.calibration,
+            progress=self.progress(ip.round, ip.n),
+        )
+        ip.verdict = json.loads(verdict.to_json())
+        ip.stage = "record"
+        self.save(st)
+
+    def record_stage(self, st: LoopState, ip: InProgress, agent: Agent) -> None:
+        from verifier.verdict import Verdict
+
+        outcome = AgentOutcome.model_validate(ip.outcome or {})
+        pol = PolicyResult.model_validate(ip.policy or {})
+        common = dict(
+            id=f"{self.spec.task_id}/{ip.n}",
+            task=self.spec.task_id,
+            round=ip.round,
+            candidate=ip.n,
+            agent=ip.agent or agent.name,
+            hypothesis=outcome.hypothesis,
+            branch=ip.branch if ip.sha else "",
+            sha=ip.sha,
+            base_sha=ip.base_sha,
+            b0_sha=st.b0_sha,
+            files=pol.files,
+            lines_added=pol.lines_added,
+            lines_removed=pol.lines_removed,
+            violations=[v.reason for v in pol.violations],
+            change=outcome.change,
+            patch_id=ip.patch_id,
+        )
+        if ip.verdict is not None:
+            verdict = Verdict.model_validate(ip.verdict)
+            record = LedgerRecord.from_verdict(verdict, **common)
+        else:
+            verdict = error_verdict("agent", ip.reason) if ip.decision == "error" else None
+            record = LedgerRecord(decision=ip.decision, reason=ip.reason, **common)
+        decision = record.decision
+        if decision == "accept":
+            status = "kept" if st.keep == "advance" else "open"
+        elif decision == "review":
+            status = "open"
+        else:
+            status = "rolled_back"
+        record.status = status
+        self.ledger.append(record)
+
+        if status == "kept":
+            st.bk_sha = ip.sha
+            st.bk_history.append({"sha": ip.sha, "via": f"candidate {ip.n}", "at": _now()})
+            git(self.repo, "update-ref", f"refs/heads/rsi/{self.spec.task_id}/best", ip.sha)
+        st.straight_rejections = 0 if decision in ("accept", "review") else st.straight_rejections + 1
+        st.candidates.append(
+            CandidateState(
+                n=ip.n,
+                round=ip.round,
+                agent=ip.agent or agent.name,
+                branch=record.branch,
+                sha=ip.sha,
+                base_sha=ip.base_sha,
+                hypothesis=record.hypothesis,
+                decision=decision,
+                reason=record.reason,
+                status=status,
+                gain=record.gain,
+                gain_vs_b0=record.gain_vs_b0,
+                ratio=record.ratio,
+                ledger_id=record.id,
+            )
+        )
+        if ip.agent_state_after is not None:
+            st.agent_state[ip.agent or agent.name] = ip.agent_state_after
+        st.rounds_done = ip.round
+        st.next_n = ip.n + 1
+        st.in_progress = None
+        self.save(st)
+        self.ws.remove(f"cand-{ip.n}")
+        self.ws.remove("bk-old")
+        gain = f" ({record.gain * 100:+.1f}%)" if record.gain is not None else ""
+        self.emit(
+            "candidate",
+            f"#{ip.n} {decision}{gain}: {record.hypothesis} — {record.reason}",
+            round=ip.round,
+            candidate=ip.n,
+            branch=record.branch or None,
+            sha=ip.sha or None,
+            verdict=verdict,
+            record=record,
+            data={"status": status, "bk": st.bk_sha},
+        )
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _result(st: LoopState) -> TaskResult:
+    kept = [c for c in st.candidates if c.status == "kept" and c.gain_vs_b0 is not None]
+    gain = kept[-1].gain_vs_b0 if kept else None
+    return TaskResult(
+        task_id=st.task_id,
+        status=st.status,
+        reason=st.reason,
+        b0_sha=st.b0_sha,
+        bk_sha=st.bk_sha,
+        rounds=st.rounds_done,
+        candidates=st.candidates,
+        calibration=st.calibration,
+        gain_vs_b0=gain,
+    )
+
+
+def run_task(
+    repo: Path,
+    spec: TaskSpec,
+    *,
+    state_dir: Path,
+    keep: Literal["advance", "propose"] | None = None,
+    agent: Agent | str | None = None,
+    rounds: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_event: Callable[[LoopEvent], None] | None = None,
+    verifier: VerifierBackend | str | None = None,
+    base_ref: str | None = None,
+) -> TaskResult:
+    """Run the loop on ``repo`` until the budget, a stop, N straight
+    rejections or an exhausted agent. Resumable: call it again with the same
+    ``state_dir`` and it continues from the last saved stage.
+
+    ``keep`` defaults to ``[agent] keep``; ``agent`` to ``[agent] kind``;
+    ``rounds`` (the task's total budget) to ``[agent] rounds``; ``verifier``
+    to ``$RSI_VERIFY_MODE`` or ``sandbox``; ``base_ref`` (B0) to the default
+    branch."""
+    from harness.gitutil import default_branch
+
+    repo = Path(repo).resolve()
+    state_dir = Path(state_dir).resolve()
+    backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
+    agent_obj = agent if (agent is not None and not isinstance(agent, str)) else make_agent(spec, agent, repo=repo)
+    rounds_total = rounds or spec.agent.rounds
+    loop = _Loop(repo, spec, state_dir, backend, on_event)
+
+    st = load_state(state_dir)
+    if st is not None and st.task_id != spec.task_id:
+        raise ValueError(f"{state_dir} holds task '{st.task_id}', not '{spec.task_id}': use another --state-dir")
+    if st is None:
+        ref = base_ref or default_branch(repo)
+        b0 = rev_parse(repo, ref)
+        if b0 is None:
+            raise ValueError(f"{repo}: cannot resolve '{ref}' for B0")
+        st = LoopState(
+            task_id=spec.task_id,
+            repo=str(repo),
+            agent=agent_obj.name,
+            keep=keep or spec.agent.keep,
+            b0_sha=b0,
+            bk_sha=b0,
+            bk_history=[{"sha": b0, "via": "b0", "at": _now()}],
+        )
+        loop.save(st)
+    else:
+        if keep:
+            st.keep = keep
+        if st.status == "refused":
+            loop.emit("refused", st.reason)
+            return _result(st)
+        if st.status in ("paused", "stopped", "exhausted", "finished"):
+            st.straight_rejections = 0 if st.status == "paused" else st.straight_rejections
+        st.status, st.reason = "running", ""
+        loop.save(st)
+        loop.emit(
+            "resumed",
+            f"resuming {spec.task_id}: {st.rounds_done} rounds done"
+            + (f", round {st.in_progress.round} at stage {st.in_progress.stage}" if st.in_progress else ""),
+            data={"rounds_done": st.rounds_done},
+        )
+
+    if not loop.baseline(st):
+        return _result(st)
+
+    limit = spec.agent.max_straight_rejections
+    while True:
+        if st.in_progress is None:
+            if st.rounds_done >= rounds_total:
+                st.status, st.reason = "finished", f"budget of {rounds_total} rounds used"
+                break
+            if should_stop():
+                st.status, st.reason = "stopped", "stopped on request"
+                loop.save(st)
+                loop.emit("stopped", st.reason)
+                return _result(st)
+            if st.straight_rejections >= limit:
+                st.status, st.reason = "paused", f"{st.straight_rejections} straight rejections (limit {limit})"
+                loop.save(st)
+                loop.emit("paused", st.reason)
+                return _result(st)
+        if not loop.round(st, agent_obj, rounds_total):
+            break
+    loop.save(st)
+    res = _result(st)
+    loop.emit(
+        "finished",
+        f"{spec.task_id} {st.status}: {st.reason}; {len(res.kept)} kept, {len(res.open)} open",
+        sha=st.bk_sha,
+        data={"status": st.status, "gain_vs_b0": res.gain_vs_b0, "rounds": st.rounds_done},
+    )
+    return res
+
+
+# --------------------------------------------------------------- rebaseline
+
+
+class ReverifyOutcome(BaseModel):
+    n: int
+    branch: str
+    old_sha: str
+    new_sha: str = ""
+    outcome: Literal["reverified", "merged", "conflict", "error"]
+    decision: str = ""
+    reason: str = ""
+
+
+class RebaselineResult(BaseModel):
+    bk_sha: str
+    calibration: dict[str, Any] | None = None
+    candidates: list[ReverifyOutcome] = Field(default_factory=list)
+
+
+def _require_state(state_dir: Path) -> LoopState:
+    st = load_state(state_dir)
+    if st is None:
+        raise ValueError(f"{state_dir}: no task state; run the task first")
+    return st
+
+
+def rebaseline(
+    repo: Path,
+    spec: TaskSpec,
+    ref: str,
+    *,
+    state_dir: Path,
+    on_event: Callable[[LoopEvent], None] | None = None,
+    verifier: VerifierBackend | str | None = None,
+) -> RebaselineResult:
+    """Measure ``ref`` (e.g. a merge commit) as the new Bk and re-verify every
+    open candidate on top of it: each is cherry-picked onto the new Bk (its
+    branch moves there); already contained -> ``merged``; conflicts ->
+    ``conflict`` (reported, branch left as it was); else judged again."""
+    repo = Path(repo).resolve()
+    backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
+    loop = _Loop(repo, spec, Path(state_dir), backend, on_event)
+    st = _require_state(loop.state_dir)
+    new_bk = rev_parse(repo, ref)
+    if new_bk is None:
+        raise ValueError(f"{repo}: cannot resolve '{ref}'")
+    old_bk = st.bk_sha
+    st.bk_sha = new_bk
+    if not st.bk_history or st.bk_history[-1]["sha"] != new_bk:
+        st.bk_history.append({"sha": new_bk, "via": f"rebaseline {ref}", "at": _now()})
+    loop.save(st)
+    bk_dir = loop.bk_dir(st)
+    cal = None
+    try:
+        cal = backend.calibrate(bk_dir, spec, progress=loop.progress())
+    except Exception as exc:  # noqa: BLE001 - reported; re-verification still runs with B0's calibration
+        loop.emit("progress", f"could not calibrate the new Bk: {exc}")
+    loop.emit(
+        "rebaseline",
+        f"new Bk {new_bk[:12]} (was {old_bk[:12]})",
+        sha=new_bk,
+        data={"calibration": cal, "old_bk": old_bk},
+    )
+    result = RebaselineResult(bk_sha=new_bk, calibration=cal)
+    for c in st.candidates:
+        if c.status != "open":
+            continue
+        out = _rebase_and_verify(loop, st, c, new_bk)
+        result.candidates.append(out)
+        loop.save(st)
+    return result
+
+
+def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: str) -> ReverifyOutcome:
+    repo = loop.repo
+    out = ReverifyOutcome(n=c.n, branch=c.branch, old_sha=c.sha, outcome="reverified")
+    if git_ok(repo, "merge-base", "--is-ancestor", c.sha, new_bk):
+        c.status, out.outcome, out.reason = "merged", "merged", "already in the new Bk"
+        loop.emit("reverified", f"#{c.n} is merged", candidate=c.n, branch=c.branch, data=out.model_dump())
+        return out
+    name = f"rebase-{c.n}"
+    wt = loop.ws.checkout(name, new_bk)
+    try:
+        git(wt, "cherry-pick", "--allow-empty", "-x", c.sha)
+    except GitError as exc:
+        git_ok(wt, "cherry-pick", "--abort")
+        loop.ws.remove(name)
+        c.status = "conflict"
+        out.outcome, out.reason = "conflict", f"does not apply on the new Bk {new_bk[:12]}: {exc.stderr.strip()[-300:]}"
+        loop.ledger.append(
+            LedgerRecord(
+                id=f"{st.task_id}/{c.n}/reverify/{new_bk[:12]}",
+                event="reverify",
+                task=st.task_id,
+                round=c.round,
+                candidate=c.n,
+                agent=c.agent or st.agent,
+                hypothesis=c.hypothesis,
+                branch=c.branch,
+                sha=c.sha,
+                base_sha=new_bk,
+                b0_sha=st.b0_sha,
+                decision="error",
+                reason="conflict: " + out.reason,
+                status="conflict",
+            )
+        )
+        loop.emit("reverified", f"#{c.n} conflicts with the new Bk", candidate=c.n, branch=c.branch, data=out.model_dump())
+        return out
+    new_sha = git(wt, "rev-parse", "HEAD")
+    if not git(repo, "diff", "--name-only", new_bk, new_sha).strip():
+        loop.ws.remove(name)
+        c.status, out.outcome, out.reason = "merged", "merged", "its change is already in the new Bk"
+        loop.emit("reverified", f"#{c.n} is merged", candidate=c.n, branch=c.branch, data=out.model_dump())
+        return out
+    git(repo, "update-ref", f"refs/heads/{c.branch}", new_sha)
+    out.new_sha = new_sha
+    verdict = loop.backend.verify(
+        loop.bk_dir(st),
+        wt,
+        loop.spec,
+        b0=loop.b0_dir(st),
+        shas={"b0": st.b0_sha, "bk": new_bk, "candidate": new_sha},
+        calibration=st.calibration,
+        progress=loop.progress(None, c.n),
+    )
+    loop.ws.remove(name)
+    status = "open" if verdict.decision in ("accept", "review") else "rolled_back"
+    record = LedgerRecord.from_verdict(
+        verdict,
+        id=f"{st.task_id}/{c.n}/reverify/{new_bk[:12]}",
+        event="reverify",
+        task=st.task_id,
+        round=c.round,
+        candidate=c.n,
+        agent=c.agent or st.agent,
+        hypothesis=c.hypothesis,
+        branch=c.branch,
+        sha=new_sha,
+        base_sha=new_bk,
+        b0_sha=st.b0_sha,
+        status=status,
+    )
+    loop.ledger.append(record)
+    c.sha, c.base_sha, c.decision, c.reason, c.status = new_sha, new_bk, verdict.decision, verdict.reason, status
+    c.gain, c.ratio = record.gain, record.ratio
+    out.decision, out.reason = verdict.decision, verdict.reason
+    loop.emit(
+        "reverified",
+        f"#{c.n} on the new Bk: {verdict.decision} — {verdict.reason}",
+        candidate=c.n,
+        branch=c.branch,
+        sha=new_sha,
+        verdict=verdict,
+        record=record,
+        data=out.model_dump(),
+    )
+    return out
+
+
+def reverify(
+    repo: Path,
+    spec: TaskSpec,
+    branch: str,
+    *,
+    state_dir: Path,
+    verifier: VerifierBackend | str | None = None,
+    on_event: Callable[[LoopEvent], None] | None = None,
+):
+    """Judge the tip of ``branch`` again against the task's current Bk and B0."""
+    repo = Path(repo).resolve()
+    backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
+    loop = _Loop(repo, spec, Path(state_dir), backend, on_event)
+    st = _require_state(loop.state_dir)
+    sha = rev_parse(repo, f"refs/heads/{branch}") or rev_parse(repo, branch)
+    if sha is None:
+        return error_verdict("config", f"unknown branch '{branch}'")
+    wt = loop.ws.checkout("reverify", sha)
+    try:
+        return backend.verify(
+            loop.bk_dir(st),
+            wt,
+            spec,
+            b0=None if st.bk_sha == st.b0_sha else loop.b0_dir(st),
+            shas={"b0": st.b0_sha, "bk": st.bk_sha, "candidate": sha},
+            calibration=st.calibration,
+            progress=loop.progress(),
+        )
+    finally:
+        loop.ws.remove("reverify")

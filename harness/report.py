@@ -1,0 +1,805 @@
+"""Verifier reports: the markdown the bot posts on a pull request (and the demo
+writes to ``rsi-demo/report.md``) and a self-contained HTML page.
+
+Pure functions of data: a ``Verdict`` (or its JSON dict), the objective's
+history over rounds and ledger records (``LedgerRecord`` objects or their
+dicts). No I/O, no clock, no git, no network; the same input gives the same
+text. The markdown stays under GitHub's 65,536-character comment limit: the
+ledger section is cut (oldest records first, with a note) when it would not fit.
+
+Entry points::
+
+    render_markdown_report(verdict, *, history=None, ledger=(), title=...) -> str
+    render_html_report(verdict, *, history=None, ledger=(), title=...) -> str
+    render_summary_table(verdict) -> str          # the markdown table alone
+    summary_rows(verdict) -> list[Row]            # the table as data (terminal UIs)
+    history_from_ledger(records) -> list[HistoryPoint]
+    render_mermaid_chart(history, ...) / render_svg_chart(history, ...)
+"""
+
+from __future__ import annotations
+
+import html as _html
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verifier.verdict import GuardResult, MetricComparison, Verdict
+
+__all__ = [
+    "MAX_MARKDOWN_CHARS",
+    "HistoryPoint",
+    "Row",
+    "comparing_line",
+    "headline",
+    "history_from_ledger",
+    "render_html_report",
+    "render_markdown_report",
+    "render_mermaid_chart",
+    "render_summary_table",
+    "render_svg_chart",
+    "summary_rows",
+]
+
+MAX_MARKDOWN_CHARS = 65_536
+"""GitHub's limit on a comment body; reports stay strictly below it."""
+
+EMOJI = {
+    "accept": "✅",
+    "review": "👀",
+    "reject": "❌",
+    "inconclusive": "❔",
+    "error": "⚠️",
+}
+STATUS_EMOJI = {"pass": "✅", "fail": "❌", "unclear": "❔", "skipped": "➖"}
+STATUS_RANK = {"fail": 3, "unclear": 2, "skipped": 1, "pass": 0}
+DECISION_COLOR = {
+    "accept": "#1a7f37",
+    "review": "#bf8700",
+    "reject": "#cf222e",
+    "inconclusive": "#6e7781",
+    "error": "#8250df",
+}
+_MAX_REASON = 1500
+_MAX_CELL = 300
+
+
+# --------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the summary table, already formatted."""
+
+    metric: str
+    b0: str
+    bk: str
+    candidate: str
+    change: str
+    interval: str
+    verdict: str
+    status: str
+    """pass | fail | unclear | skipped | info, or the decision for the objective row."""
+    kind: str
+    """objective | metric | requests | quality."""
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """The objective at one step of a task: B0, then each candidate."""
+
+    label: str
+    """"B0", "#3"..."""
+    value: float | None
+    """The measured objective of this candidate (median over its runs); B0's for B0."""
+    bk: float | None
+    """Bk's objective after this step (the floor the next round starts from)."""
+    decision: str = ""
+    hypothesis: str = ""
+    round: int | None = None
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _as_verdict(v: Verdict | Mapping[str, Any] | None) -> Verdict | None:
+    if v is None or isinstance(v, Verdict):
+        return v
+    return Verdict.model_validate(dict(v))
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "")[:12] or "?"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _display(text: str) -> str:
+    """Text from verdicts and agents, made safe for a GitHub comment: no
+    @-mentions, no raw HTML tags."""
+    text = str(text).replace("<=", "≤").replace(">=", "≥").replace("<", "&lt;")
+    return re.sub(r"@(?=[A-Za-z0-9])", "@\u200b", text)
+
+
+def _cell(text: str, limit: int = _MAX_CELL) -> str:
+    text = " ".join(str(text).split())
+    return _display(_clip(text, limit)).replace("|", "\\|")
+
+
+def _fmt_num(v: float) -> str:
+    if abs(v) >= 10_000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def fmt_value(v: float | None, unit: str = "") -> str:
+    """A metric value with its unit: seconds below one become milliseconds."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if unit == "s" and abs(v) < 1:
+        return f"{_fmt_num(v * 1000)} ms"
+    if unit:
+        return f"{_fmt_num(v)} {unit}"
+    return _fmt_num(v)
+
+
+def _pct(x: float) -> str:
+    if abs(x) < 0.0005:
+        return "±0.0%"
+    return f"{x * 100:+.1f}%"
+
+
+def _better(ratio: float, direction: str) -> bool:
+    return (ratio > 1) if direction == "higher" else (ratio < 1)
+
+
+def _change(ratio: float | None, direction: str, ci: Any = None) -> str:
+    if ratio is None:
+        return "—"
+    text = _pct(ratio - 1)
+    if ci is not None and (ci.low > 1 or ci.high < 1):
+        text += " better" if _better(ratio, direction) else " worse"
+    return text
+
+
+def _interval(ci: Any) -> str:
+    if ci is None:
+        return "—"
+    return f"{_pct(ci.low - 1)} to {_pct(ci.high - 1)}"
+
+
+def _unit(m: MetricComparison) -> str:
+    if m.unit:
+        return m.unit
+    for suffix, unit in (("_s", "s"), ("_ms", "ms"), ("_mib", "MiB"), ("_mb", "MB")):
+        if m.name.endswith(suffix):
+            return unit
+    return ""
+
+
+def _category(name: str) -> int:
+    if re.search(r"(^|_)p9\d(_|$)|latency|tail", name):
+        return 1
+    if re.search(r"mem|rss|_mib$|_mb$", name):
+        return 2
+    if "startup" in name:
+        return 3
+    if name == "wall_s":
+        return 5
+    return 4
+
+
+def _objective_verdict(o: Any, alpha: float = 0.01) -> str:
+    """Whether the objective alone clears the bar (guards are judged on their own rows)."""
+    need = f"needs ≥ {_pct(o.min_gain)} and an interval above the {o.noise_margin:.1%} noise margin"
+    p = f", p={o.p_value:.2g}" if o.p_value is not None else ""
+    if o.gain is None or o.gain_ci is None:
+        return f"➖ not measured ({need})"
+    significant = o.p_value is None or o.p_value < alpha
+    if o.gain >= o.min_gain and o.gain_ci.low > o.noise_margin and significant:
+        return f"✅ clear gain{p} ({need})"
+    if o.gain_ci.high < o.min_gain:
+        return f"❌ no gain worth keeping{p} ({need})"
+    return f"❔ unclear{p} ({need})"
+
+
+def _guard_verdict(guards: Sequence[GuardResult]) -> tuple[str, str]:
+    """(cell text, status) for the guards of one metric (vs Bk and vs B0)."""
+    if not guards:
+        return "—", "info"
+    worst = max(guards, key=lambda g: STATUS_RANK.get(g.status, 0))
+    bound = worst.bound or guards[0].bound
+    text = f"{STATUS_EMOJI.get(worst.status, '')} {worst.status}"
+    if bound:
+        text += f" ({bound})"
+    against = sorted({g.against for g in guards if g.status == worst.status})
+    if worst.status != "pass" and against:
+        text += " vs " + " and ".join("Bk" if a == "bk" else "B0" for a in against)
+    return text, worst.status
+
+
+# -------------------------------------------------------------- headline
+
+
+def headline(verdict: Verdict | Mapping[str, Any]) -> str:
+    """One line: the decision and, when measured, the objective's gain."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    word = {
+        "accept": "Accepted",
+        "review": "Needs review",
+        "reject": "Rejected",
+        "inconclusive": "Inconclusive",
+        "error": "Error (infrastructure; not a regression)",
+    }[v.decision]
+    text = f"{EMOJI[v.decision]} **{word}**"
+    o = v.objective
+    if o is not None and o.gain is not None and v.decision != "error":
+        text += f": {o.metric} {_pct(o.gain)} vs Bk"
+        if o.gain_ci is not None:
+            text += f" (95% interval {_pct(o.gain_ci.low)} to {_pct(o.gain_ci.high)})"
+        if o.gain_vs_b0 is not None:
+            text += f", {_pct(o.gain_vs_b0)} vs B0 ({1 + o.gain_vs_b0:.2f}x)"
+    if v.quarantined:
+        text += " — **QUARANTINED**"
+    return text
+
+
+def _accelerator(v: Verdict) -> str:
+    fp = v.fingerprint
+    if fp is None:
+        return "an unrecorded machine"
+    if fp.accelerator in ("", "cpu"):
+        cpu = fp.cpu_model or "CPU"
+        return f"CPU ({cpu}, {fp.cpu_count} cores)" if fp.cpu_count else f"CPU ({cpu})"
+    text = f"{fp.accelerator_count}× {fp.accelerator}" if fp.accelerator_count > 1 else fp.accelerator
+    extras = [f"CUDA {fp.cuda}" if fp.cuda else "", f"CANN {fp.cann}" if fp.cann else "",
+              f"driver {fp.driver}" if fp.driver else ""]
+    extras = [e for e in extras if e]
+    return text + (f" ({', '.join(extras)})" if extras else "")
+
+
+def comparing_line(verdict: Verdict | Mapping[str, Any]) -> str:
+    """"comparing <candidate> with Bk <sha> and B0 <sha> on <accelerator>"."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    s = v.shas
+    text = f"comparing `{_short(s.get('candidate'))}` with Bk `{_short(s.get('bk'))}`"
+    if s.get("b0"):
+        text += f" and B0 `{_short(s.get('b0'))}`"
+        if s.get("b0") == s.get("bk"):
+            text += " (Bk is B0)"
+    text += f" on {_display(_accelerator(v))}"
+    if v.pairs:
+        text += f" ({v.pairs} pairs, {v.runs} runs"
+        text += f", {v.duration_s:.0f} s)" if v.duration_s else ")"
+    return text
+
+
+# ---------------------------------------------------------------- table
+
+
+def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
+    """The summary table as data: objective, then tail latency, memory,
+    startup and the other metrics, then failed requests and quality guards."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    rows: list[Row] = []
+    o = v.objective
+    by_name = {m.name: m for m in v.metrics}
+    guards_by_metric: dict[str, list[GuardResult]] = {}
+    for g in v.guards:
+        if g.kind in ("ratio", "delta"):
+            guards_by_metric.setdefault(g.metric, []).append(g)
+
+    if o is not None:
+        m = by_name.get(o.metric)
+        unit = _unit(m) if m else ""
+        rows.append(Row(
+            metric=f"**{o.metric}** (objective, {o.direction} is better)",
+            b0=fmt_value(m.b0 if m else None, unit) if (m and m.b0 is not None) else (
+                fmt_value(m.bk, unit) if m and v.shas.get("b0") == v.shas.get("bk") else "—"),
+            bk=fmt_value(m.bk if m else None, unit),
+            candidate=fmt_value(m.candidate if m else None, unit),
+            change=_change(o.ratio, o.direction, o.ratio_ci),
+            interval=_interval(o.ratio_ci),
+            verdict=_objective_verdict(o),
+            status=v.decision,
+            kind="objective",
+        ))
+
+    others = [m for m in v.metrics if o is None or m.name != o.metric]
+    others.sort(key=lambda m: (_category(m.name), m.name))
+    for m in others:
+        unit = _unit(m)
+        text, status = _guard_verdict(guards_by_metric.get(m.name, []))
+        b0 = m.b0 if m.b0 is not None else (m.bk if v.shas.get("b0") and v.shas.get("b0") == v.shas.get("bk") else None)
+        rows.append(Row(
+            metric=m.name, b0=fmt_value(b0, unit), bk=fmt_value(m.bk, unit),
+            candidate=fmt_value(m.candidate, unit), change=_change(m.ratio_vs_bk, m.direction, m.ratio_vs_bk_ci),
+            interval=_interval(m.ratio_vs_bk_ci), verdict=text, status=status, kind="metric",
+        ))
+    # guards on metrics the table has no row for (skipped ones, other benchmarks)
+    for metric, gs in guards_by_metric.items():
+        if metric in by_name:
+            continue
+        text, status = _guard_verdict(gs)
+        detail = next((g.detail for g in gs if g.detail), "")
+        rows.append(Row(metric=metric, b0="—", bk="—", candidate="—", change="—", interval="—",
+                        verdict=text + (f": {detail}" if detail and status != "pass" else ""),
+                        status=status, kind="metric"))
+
+    for g in v.guards:
+        if g.kind == "failed_requests":
+            rows.append(Row(
+                metric="failed requests", b0="—", bk="—",
+                candidate=fmt_value(g.value) if g.value is not None else "—", change="—", interval="—",
+                verdict=f"{STATUS_EMOJI.get(g.status, '')} {g.status} ({g.bound or '== 0'})",
+                status=g.status, kind="requests",
+            ))
+
+    quality: dict[str, list[GuardResult]] = {}
+    for g in v.guards:
+        if g.kind in ("wer", "output_length", "allclose"):
+            quality.setdefault(g.name, []).append(g)
+    for name, gs in quality.items():
+        by_ref = {g.against: g for g in gs}
+        ref = by_ref.get("bk") or gs[0]
+        kind = ref.kind
+
+        def val(g: GuardResult | None) -> str:
+            if g is None or g.value is None:
+                return "—"
+            if kind == "wer":
+                return f"{g.value:.2%}"
+            if kind == "output_length":
+                return _pct(g.value)
+            return f"{g.value:.3g}"
+
+        text, status = _guard_verdict(gs)
+        failing = [g for g in gs if g.status in ("fail", "unclear") and g.detail]
+        if failing:
+            text += f": {failing[0].detail}"
+        if kind == "wer":
+            cand, change = val(ref), "—"
+        elif kind == "output_length":
+            cand, change = "—", f"{val(by_ref.get('bk'))} vs Bk" + (
+                f", {val(by_ref['b0'])} vs B0" if "b0" in by_ref else "")
+        else:
+            cand, change = val(ref), "—"
+        rows.append(Row(metric=name, b0="—", bk="—", candidate=cand, change=change, interval="—",
+                        verdict=text, status=status, kind="quality"))
+    return rows
+
+
+_HEADER = ("metric", "B0", "Bk", "candidate", "change vs Bk", "95% interval", "verdict")
+
+
+def render_summary_table(verdict: Verdict | Mapping[str, Any]) -> str:
+    """The markdown table: metric, B0, Bk, candidate, change, 95% interval, verdict."""
+    rows = summary_rows(verdict)
+    if not rows:
+        return "_No measurements._"
+    lines = ["| " + " | ".join(_HEADER) + " |", "|---|---:|---:|---:|---:|:---:|---|"]
+    for r in rows:
+        cells = [r.metric if r.kind == "objective" else _cell(r.metric)]
+        cells += [_cell(c) for c in (r.b0, r.bk, r.candidate, r.change, r.interval, r.verdict)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _tradeoffs(v: Verdict) -> list[str]:
+    out = list(v.tradeoffs)
+    if v.objective is not None and v.objective.gain is not None and v.decision != "error":
+        o = v.objective
+        for g in v.guards:
+            if g.kind in ("wer", "output_length", "allclose") and g.status == "fail" and g.against == "bk":
+                out.append(f"The {_pct(o.gain)} on {o.metric} comes with a quality loss: {g.name}: {g.detail}.")
+    return out
+
+
+# -------------------------------------------------------------- history
+
+
+def _objective_values(verdict: Mapping[str, Any] | None, metric: str) -> tuple[float | None, float | None, float | None]:
+    """(b0, bk, candidate) medians of ``metric`` in a verdict dict."""
+    for m in _get(verdict, "metrics", ()) or ():
+        if _get(m, "name") == metric:
+            return _get(m, "b0"), _get(m, "bk"), _get(m, "candidate")
+    return None, None, None
+
+
+def history_from_ledger(records: Iterable[Any], *, task: str | None = None) -> list[HistoryPoint]:
+    """The objective over a task's candidates, from ledger records (objects or
+    dicts, oldest first): a B0 point, then one point per candidate. A
+    candidate's value is the median the verifier measured for it; the Bk line
+    follows kept candidates. Records without a measurement (policy rejects,
+    errors) get ``value=None``."""
+    recs = [r for r in records if (_get(r, "event", "candidate") == "candidate")
+            and (task is None or _get(r, "task") == task)]
+    points: list[HistoryPoint] = []
+    bk: float | None = None
+    for r in recs:
+        verdict = _get(r, "verdict")
+        metric = _get(r, "objective_metric") or _get(_get(verdict, "objective"), "metric") or ""
+        b0v, bkv, cand = _objective_values(verdict, metric)
+        if not points:
+            first = b0v if b0v is not None else (bkv if _get(r, "base_sha") == _get(r, "b0_sha") else None)
+            points.append(HistoryPoint(label="B0", value=first, bk=first, decision="baseline"))
+            bk = first
+        if bkv is not None:
+            bk = bkv  # Bk as measured alongside this candidate
+        status = _get(r, "status")
+        after = cand if (status == "kept" and cand is not None) else bk
+        points.append(HistoryPoint(
+            label=f"#{_get(r, 'candidate')}", value=cand, bk=after, decision=str(_get(r, "decision", "")),
+            hypothesis=str(_get(r, "hypothesis", "") or ""), round=_get(r, "round"),
+        ))
+        bk = after
+    return points
+
+
+def _as_history(history: Sequence[HistoryPoint] | None, ledger: Sequence[Any]) -> list[HistoryPoint]:
+    if history is None:
+        return history_from_ledger(ledger)
+    return [h if isinstance(h, HistoryPoint) else HistoryPoint(**dict(h)) for h in history]
+
+
+def _num(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def _last_points(pts: list[HistoryPoint], max_points: int) -> tuple[list[HistoryPoint], int]:
+    """B0 and the newest points, at most ``max_points`` in all; and how many were left out."""
+    if len(pts) <= max_points:
+        return pts, 0
+    return [pts[0], *pts[len(pts) - max_points + 1:]], len(pts) - max_points
+
+
+def render_mermaid_chart(history: Sequence[HistoryPoint], *, metric: str, direction: str = "higher",
+                         max_points: int = 60) -> str:
+    """A Mermaid ``xychart-beta``: bars = each candidate's measured objective,
+    line = Bk after each step. Points without a measurement are left out, and
+    beyond ``max_points`` only B0 and the newest candidates are drawn."""
+    pts = [p for p in history if p.value is not None and p.bk is not None]
+    if len(pts) < 2:
+        return ""
+    pts, dropped = _last_points(pts, max_points)
+    top = max(max(p.value for p in pts), max(p.bk for p in pts))  # type: ignore[type-var]
+    labels = ", ".join(f'"{p.label}"' for p in pts)
+    safe_metric = re.sub(r'["\n]', "", metric)
+    return "\n".join([
+        "```mermaid",
+        "xychart-beta",
+        f'    title "{safe_metric} per candidate ({direction} is better); line: Bk'
+        + (f"; {dropped} older not shown" if dropped else "") + '"',
+        f"    x-axis [{labels}]",
+        f'    y-axis "{safe_metric}" 0 --> {_num(top * 1.15)}',
+        f"    bar [{', '.join(_num(p.value) for p in pts)}]",  # type: ignore[arg-type]
+        f"    line [{', '.join(_num(p.bk) for p in pts)}]",  # type: ignore[arg-type]
+        "```",
+    ])
+
+
+# ------------------------------------------------------------- ledger
+
+
+def _ledger_rows(ledger: Sequence[Any]) -> list[str]:
+    rows = []
+    for r in ledger:
+        gain = _get(r, "gain")
+        event = _get(r, "event", "candidate")
+        n = f"#{_get(r, 'candidate', '?')}" + (" (re-verify)" if event == "reverify" else "")
+        cells = [
+            n,
+            str(_get(r, "round", "")),
+            _cell(_get(r, "agent", "")),
+            _cell(_get(r, "hypothesis", "") or "", 160),
+            f"`{_short(_get(r, 'sha'))}`" if _get(r, "sha") else "—",
+            f"{EMOJI.get(str(_get(r, 'decision')), '')} {_get(r, 'decision', '')}",
+            _pct(gain) if isinstance(gain, (int, float)) else "—",
+            _cell(_get(r, "status", "") or ""),
+            _cell(_get(r, "reason", "") or "", 240),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+_LEDGER_HEADER = ("| # | round | agent | hypothesis | sha | decision | gain vs Bk | status | reason |\n"
+                  "|---|---:|---|---|---|---|---:|---|---|")
+
+
+def _fingerprint_lines(v: Verdict) -> list[str]:
+    lines = []
+    fp = v.fingerprint
+    if fp is not None:
+        for k, val in fp.model_dump().items():
+            if val in ("", 0, {}, None):
+                continue
+            if isinstance(val, dict):
+                for k2, v2 in sorted(val.items()):
+                    lines.append(f"{k}.{k2}: {v2}")
+            else:
+                lines.append(f"{k}: {val}")
+    for k in ("b0", "bk", "candidate"):
+        if v.shas.get(k):
+            lines.append(f"sha.{k}: {v.shas[k]}")
+    for k, val in sorted(v.settings.items()):
+        lines.append(f"setting.{k}: {val}")
+    lines.append(f"verdict: {v.decision}, {v.pairs} pairs, {v.runs} runs, {v.duration_s:.1f} s, "
+                 f"started {v.started_at.isoformat(timespec='seconds')}")
+    return [_clip(x.replace("```", "'''"), 300) for x in lines]
+
+
+# ------------------------------------------------------------ markdown
+
+
+def render_markdown_report(
+    verdict: Verdict | Mapping[str, Any],
+    *,
+    history: Sequence[HistoryPoint] | None = None,
+    ledger: Sequence[Any] = (),
+    title: str = "rsi verifier report",
+    marker: str = "",
+    max_chars: int = MAX_MARKDOWN_CHARS,
+) -> str:
+    """The verifier's report as GitHub markdown, strictly under ``max_chars``.
+
+    ``history`` defaults to :func:`history_from_ledger` of ``ledger``;
+    ``marker`` (e.g. a hidden ``<!-- rsi:... -->`` comment) goes first, as given."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    hist = _as_history(history, ledger)
+    parts: list[str] = []
+    if marker:
+        parts.append(marker)
+    parts.append(f"### {_display(_clip(title, 200))}")
+    parts.append(headline(v))
+    parts.append(_display(_clip(v.reason, _MAX_REASON)))
+    parts.append(comparing_line(v))
+    parts.append(render_summary_table(v))
+    trade = _tradeoffs(v)
+    if trade:
+        parts.append("**Tradeoffs**\n\n" + "\n".join(f"- {_display(_clip(t, 400))}" for t in trade[:20]))
+    if v.warnings:
+        parts.append("**Warnings**\n\n" + "\n".join(f"- {_display(_clip(w, 300))}" for w in v.warnings[:20]))
+    if v.error is not None:
+        err = v.error
+        body = f"**{_display(err.stage)}**: {_display(_clip(err.message, 800))}"
+        if err.stderr_tail:
+            tail = _clip(err.stderr_tail[-3000:], 3000).replace("```", "'''")
+            body += f"\n\n<details><summary>stderr (tail)</summary>\n\n```\n{tail}\n```\n\n</details>"
+        parts.append(body)
+    if v.objective is not None:
+        chart = render_mermaid_chart(hist, metric=v.objective.metric, direction=v.objective.direction)
+        if chart:
+            parts.append(chart)
+    head = "\n\n".join(parts)
+
+    fp = "**Fingerprint**\n\n```\n" + "\n".join(_fingerprint_lines(v)) + "\n```"
+    ledger_list = list(ledger)
+    rows = _ledger_rows(ledger_list)
+
+    def details(rows_kept: list[str], dropped: int) -> str:
+        summary = f"Ledger ({len(ledger_list)} records) and fingerprint"
+        body = [f"<details><summary>{summary}</summary>", ""]
+        if rows_kept:
+            body += [_LEDGER_HEADER, *rows_kept, ""]
+        elif not ledger_list:
+            body += ["_No ledger records._", ""]
+        if dropped:
+            body += [f"_{dropped} older record(s) left out to stay under GitHub's comment limit; "
+                     "the full ledger is on the branch `rsi/ledger` (ledger.jsonl)._", ""]
+        body += [fp, "", "</details>"]
+        return "\n".join(body)
+
+    # keep the newest rows that fit
+    budget = max_chars - 1 - len(head) - 2
+    kept = list(rows)
+    text = details(kept, 0)
+    if len(text) > budget:
+        lo, hi = 0, len(rows)
+        while lo < hi:  # the most rows (newest) that fit
+            mid = (lo + hi + 1) // 2
+            if len(details(rows[len(rows) - mid:], len(rows) - mid)) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        kept = rows[len(rows) - lo:] if lo else []
+        text = details(kept, len(rows) - lo)
+    out = head + "\n\n" + text + "\n"
+    if len(out) >= max_chars:  # a pathological head: cut hard, keep valid markup
+        note = "\n\n_(report truncated to stay under GitHub's comment limit)_\n"
+        out = out[: max_chars - len(note) - 64]
+        if out.count("```") % 2:
+            out += "\n```"
+        if out.count("<details>") > out.count("</details>"):
+            out += "\n</details>"
+        out += note
+    return out
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def _h(text: Any) -> str:
+    return _html.escape(str(text), quote=True)
+
+
+def render_svg_chart(
+    history: Sequence[HistoryPoint],
+    *,
+    metric: str,
+    direction: str = "higher",
+    width: int = 760,
+    height: int = 320,
+    max_points: int = 80,
+) -> str:
+    """An inline SVG of the objective over rounds: a dot per measured candidate
+    (coloured by decision, hover for the hypothesis) and Bk as a step line."""
+    history, _ = _last_points(list(history), max_points)
+    pts = [(i, p) for i, p in enumerate(history) if p.value is not None or p.bk is not None]
+    if not pts:
+        return ""
+    vals = [x for _, p in pts for x in (p.value, p.bk) if x is not None]
+    top = max(vals) * 1.15 or 1.0
+    left, right, top_pad, bottom = 64, 16, 28, 48
+    pw, ph = width - left - right, height - top_pad - bottom
+    n = len(history)
+
+    def X(i: int) -> float:
+        return left + (pw * (i + 0.5) / n)
+
+    def Y(v: float) -> float:
+        return top_pad + ph - ph * (v / top)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" role="img" aria-label="{_h(metric)} over rounds" '
+           'font-family="system-ui, sans-serif" font-size="11">',
+           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>']
+    for k in range(6):  # grid and y ticks
+        v = top * k / 5
+        y = Y(v)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="#d0d7de" '
+                   f'stroke-width="{1.2 if k == 0 else 0.6}"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#57606a">{_h(_num(v))}</text>')
+    out.append(f'<text x="14" y="{top_pad + ph / 2:.0f}" transform="rotate(-90 14 {top_pad + ph / 2:.0f})" '
+               f'text-anchor="middle" fill="#24292f">{_h(metric)} ({_h(direction)} is better)</text>')
+    # Bk step line
+    step = []
+    prev_y = None
+    for i, p in enumerate(history):
+        if p.bk is None:
+            continue
+        x0, x1, y = X(i) - pw / n / 2, X(i) + pw / n / 2, Y(p.bk)
+        if prev_y is not None:
+            step.append(f"L{x0:.1f},{y:.1f}")
+        else:
+            step.append(f"M{x0:.1f},{y:.1f}")
+        step.append(f"L{x1:.1f},{y:.1f}")
+        prev_y = y
+    if step:
+        out.append(f'<path d="{" ".join(step)}" fill="none" stroke="#0969da" stroke-width="2"/>')
+    for i, p in enumerate(history):
+        x = X(i)
+        out.append(f'<text x="{x:.1f}" y="{height - bottom + 16}" text-anchor="middle" fill="#24292f">{_h(p.label)}</text>')
+        if p.value is None:
+            out.append(f'<text x="{x:.1f}" y="{top_pad + ph - 4}" text-anchor="middle" fill="#8c959f">'
+                       f'<title>{_h(p.label)}: {_h(p.decision)} (not measured) {_h(p.hypothesis)}</title>–</text>')
+            continue
+        color = DECISION_COLOR.get(p.decision, "#0969da")
+        tip = f"{p.label}: {p.decision} {metric}={_num(p.value)}" + (f" — {p.hypothesis}" if p.hypothesis else "")
+        out.append(f'<circle cx="{x:.1f}" cy="{Y(p.value):.1f}" r="5.5" fill="{color}" stroke="#ffffff" '
+                   f'stroke-width="1.5"><title>{_h(tip)}</title></circle>')
+    # legend
+    lx = left
+    ly = height - 14
+    out.append(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="#0969da" stroke-width="2"/>'
+               f'<text x="{lx + 22}" y="{ly}" fill="#24292f">Bk</text>')
+    lx += 52
+    for d in ("accept", "review", "reject", "inconclusive", "error"):
+        out.append(f'<circle cx="{lx}" cy="{ly - 4}" r="4.5" fill="{DECISION_COLOR[d]}"/>'
+                   f'<text x="{lx + 8}" y="{ly}" fill="#24292f">{d}</text>')
+        lx += 14 + 7 * len(d) + 12
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#24292f;padding:0 1rem}
+h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem}
+.headline{font-size:1.15rem;padding:.6rem .9rem;border-left:6px solid var(--c);background:#f6f8fa}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem}
+th,td{border:1px solid #d0d7de;padding:.3rem .55rem;vertical-align:top}
+th{background:#f6f8fa;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.fail td{background:#ffebe9}tr.unclear td{background:#fff8c5}tr.objective td{font-weight:600}
+code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem}
+pre{background:#f6f8fa;padding:.7rem;overflow-x:auto}
+.muted{color:#57606a}
+"""
+
+
+def render_html_report(
+    verdict: Verdict | Mapping[str, Any],
+    *,
+    history: Sequence[HistoryPoint] | None = None,
+    ledger: Sequence[Any] = (),
+    title: str = "rsi verifier report",
+    max_ledger_rows: int = 1000,
+) -> str:
+    """A self-contained HTML page (inline CSS and SVG; no scripts, no external
+    resources) with the same content as the markdown report."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    hist = _as_history(history, ledger)
+    color = DECISION_COLOR[v.decision]
+    md_head = headline(v).replace("**", "")
+    comp = comparing_line(v).replace("`", "")
+    b = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+         f"<title>{_h(title)}</title>", f"<style>{_CSS}</style></head><body>",
+         f"<h1>{_h(title)}</h1>",
+         f'<p class="headline" style="--c:{color}">{_h(md_head)}</p>',
+         f"<p>{_h(v.reason)}</p>", f'<p class="muted">{_h(comp)}</p>']
+    rows = summary_rows(v)
+    if rows:
+        b.append("<table><thead><tr>" + "".join(f"<th>{_h(c)}</th>" for c in _HEADER) + "</tr></thead><tbody>")
+        for r in rows:
+            cls = "objective" if r.kind == "objective" else r.status
+            metric = r.metric.replace("**", "")
+            b.append(f'<tr class="{_h(cls)}"><td>{_h(metric)}</td>'
+                     + "".join(f'<td class="num">{_h(c)}</td>' for c in (r.b0, r.bk, r.candidate, r.change, r.interval))
+                     + f"<td>{_h(r.verdict)}</td></tr>")
+        b.append("</tbody></table>")
+    trade = _tradeoffs(v)
+    if trade:
+        b.append("<h2>Tradeoffs</h2><ul>" + "".join(f"<li>{_h(t)}</li>" for t in trade) + "</ul>")
+    if v.warnings:
+        b.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{_h(w)}</li>" for w in v.warnings) + "</ul>")
+    if v.error is not None:
+        b.append(f"<h2>Error</h2><p><b>{_h(v.error.stage)}</b>: {_h(v.error.message)}</p>")
+        if v.error.stderr_tail:
+            b.append(f"<pre>{_h(v.error.stderr_tail[-4000:])}</pre>")
+    if v.objective is not None:
+        svg = render_svg_chart(hist, metric=v.objective.metric, direction=v.objective.direction)
+        if svg:
+            b.append(f"<h2>{_h(v.objective.metric)} over rounds</h2>")
+            b.append(svg)
+    led = list(ledger)
+    b.append(f"<h2>Ledger ({len(led)} records)</h2>")
+    if led:
+        shown = led[-max_ledger_rows:]
+        if len(shown) < len(led):
+            b.append(f'<p class="muted">{len(led) - len(shown)} older records left out.</p>')
+        b.append("<table><thead><tr>" + "".join(
+            f"<th>{c}</th>" for c in ("#", "round", "agent", "hypothesis", "sha", "decision", "gain vs Bk",
+                                      "gain vs B0", "status", "reason")) + "</tr></thead><tbody>")
+        for r in shown:
+            gain, g0 = _get(r, "gain"), _get(r, "gain_vs_b0")
+            dec = str(_get(r, "decision", ""))
+            b.append(
+                f'<tr><td>#{_h(_get(r, "candidate", "?"))}</td><td class="num">{_h(_get(r, "round", ""))}</td>'
+                f'<td>{_h(_get(r, "agent", ""))}</td><td>{_h(_get(r, "hypothesis", "") or "")}</td>'
+                f'<td><code>{_h(_short(_get(r, "sha")))}</code></td>'
+                f'<td style="color:{DECISION_COLOR.get(dec, "#24292f")}">{_h(dec)}</td>'
+                f'<td class="num">{_h(_pct(gain) if isinstance(gain, (int, float)) else "—")}</td>'
+                f'<td class="num">{_h(_pct(g0) if isinstance(g0, (int, float)) else "—")}</td>'
+                f'<td>{_h(_get(r, "status", "") or "")}</td><td>{_h(_get(r, "reason", "") or "")}</td></tr>')
+        b.append("</tbody></table>")
+    else:
+        b.append('<p class="muted">No ledger records.</p>')
+    b.append("<h2>Fingerprint</h2><pre>" + _h("\n".join(_fingerprint_lines(v))) + "</pre>")
+    b.append("</body></html>")
+    return "\n".join(b) + "\n"

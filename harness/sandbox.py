@@ -1,0 +1,330 @@
+"""The sandbox: one Docker container per job, through the docker SDK.
+
+Every container runs as uid 1000 with all capabilities dropped,
+no-new-privileges, a read-only root filesystem (``/tmp`` is a tmpfs), CPU,
+memory (no swap) and pid limits, and no network unless the job asks for it
+(the runner profile decides for agents; verifier jobs never get it). A
+wall-clock limit kills it; it is always removed. :func:`run` returns a
+:class:`SandboxResult` for every outcome (exit code, output, timed out, OOM
+killed, or the error that kept it from running): it does not raise.
+
+The base image has no Python: :func:`python_mounts` mounts the host's Python
+prefix (``sys.base_prefix``) and the virtualenv (``sys.prefix``) read-only at
+the same paths, plus this project's source when it is not inside the venv.
+
+:func:`container_kwargs` is a pure function of the job and the profile (and of
+the device nodes present, passed in), so the accelerator wiring can be tested
+without accelerators:
+
+* ``cpu``: nothing;
+* ``cuda``: ``device_requests`` for the GPUs (all, or the profile's ids);
+* ``npu``: ``/dev/davinci<N>`` (all present, or the profile's indices),
+  ``/dev/davinci_manager``, ``/dev/devmm_svm``, ``/dev/hisi_hdc``, and the driver
+  mounts ``/usr/local/Ascend/driver``, ``/usr/local/dcmi``,
+  ``/usr/local/bin/npu-smi`` (read-only).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness.spec import RunnerProfile
+
+SANDBOX_UID = "1000:1000"
+NPU_CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+NPU_DRIVER_MOUNTS = ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/bin/npu-smi")
+LABEL = "rsi-bot.sandbox"
+
+log = logging.getLogger(__name__)
+
+
+class Mount(BaseModel):
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class SandboxJob(BaseModel):
+    command: list[str]
+    """argv; run as is (wrap in ``["/bin/sh", "-c", ...]`` for a shell)."""
+    mounts: list[Mount] = Field(default_factory=list)
+    workdir: str = "/tmp"
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = 600
+    network: bool = False
+    name: str = ""
+    tmpfs_size: str = "512m"
+
+
+class SandboxResult(BaseModel):
+    exit_code: int | None = None
+    output: str = ""
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_s: float = 0.0
+    start_s: float = 0.0
+    """Time from create to running (the harness's overhead)."""
+    error: str | None = None
+    """Why the container could not run (image missing, engine down...)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out and self.exit_code == 0
+
+
+def python_mounts() -> list[Mount]:
+    """Read-only mounts that give the container this host's Python and venv at
+    the same paths (the base image has no Python of its own)."""
+    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
+    src = Path(__file__).resolve().parents[1]
+    if not any(src.is_relative_to(p) for p in paths):
+        paths.append(src)
+    out: list[Mount] = []
+    for p in paths:
+        if p.exists() and not any(p.is_relative_to(Path(m.source)) for m in out):
+            out.append(Mount(source=str(p), target=str(p), read_only=True))
+    return out
+
+
+def python_executable() -> str:
+    return sys.executable
+
+
+def sandbox_path() -> str:
+    return ":".join(
+        [
+            str(Path(sys.prefix) / "bin"),
+            str(Path(sys.base_prefix) / "bin"),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ]
+    )
+
+
+def parse_memory(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not m:
+        raise ValueError(f"memory '{text}': write e.g. 512m or 4g")
+    mult = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[m.group(2)]
+    return int(float(m.group(1)) * mult)
+
+
+def present_npu_devices() -> list[str]:
+    return sorted(p for p in glob.glob("/dev/davinci*") if re.fullmatch(r"/dev/davinci\d+", p))
+
+
+def container_kwargs(
+    job: SandboxJob,
+    profile: RunnerProfile,
+    *,
+    npu_devices_present: Iterable[str] = (),
+    paths_present: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments for ``client.containers.create`` (pure)."""
+    from docker.types import DeviceRequest
+
+    mem = parse_memory(profile.memory)
+    env = {
+        "HOME": "/tmp/home",
+        "PATH": sandbox_path(),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        **profile.env,
+        **job.env,
+    }
+    volumes: dict[str, dict[str, str]] = {}
+    for m in job.mounts:
+        volumes[m.source] = {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+    kw: dict[str, Any] = {
+        "image": profile.image,
+        "command": list(job.command),
+        "working_dir": job.workdir,
+        "environment": env,
+        "user": SANDBOX_UID,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,exec,nosuid,size={job.tmpfs_size},mode=1777"},
+        "mem_limit": mem,
+        "memswap_limit": mem,
+        "nano_cpus": int(profile.cpus * 1e9),
+        "pids_limit": profile.pids,
+        "volumes": volumes,
+        "labels": {LABEL: "1"},
+        "detach": True,
+        "stdin_open": False,
+        "tty": False,
+        "init": True,
+    }
+    if job.name:
+        kw["name"] = job.name
+    if job.network:
+        kw["network_mode"] = "bridge"
+    else:
+        kw["network_mode"] = "none"
+    if profile.device == "cuda":
+        if profile.devices:
+            req = DeviceRequest(device_ids=list(profile.devices), capabilities=[["gpu"]])
+        else:
+            req = DeviceRequest(count=-1, capabilities=[["gpu"]])
+        kw["device_requests"] = [req]
+    elif profile.device == "npu":
+        present = list(npu_devices_present)
+        if profile.devices:
+            cards = [f"/dev/davinci{int(i)}" for i in profile.devices]
+        else:
+            cards = present
+        devs = [*cards, *NPU_CONTROL_DEVICES]
+        kw["devices"] = [f"{d}:{d}:rwm" for d in devs]
+        have = None if paths_present is None else set(paths_present)
+        for p in NPU_DRIVER_MOUNTS:
+            if have is None or p in have:
+                volumes[p] = {"bind": p, "mode": "ro"}
+        kw["environment"].setdefault(
+            "ASCEND_VISIBLE_DEVICES",
+            ",".join(re.sub(r"\D", "", c) for c in cards),
+        )
+    return kw
+
+
+_CLIENT = None
+
+
+def docker_client():
+    global _CLIENT
+    if _CLIENT is None:
+        import docker
+
+        _CLIENT = docker.from_env(timeout=120)
+    return _CLIENT
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "[REDACTED]")
+    return text
+
+
+def _stream(container, on_output: Callable[[str], None], secrets: list[str], sent: list[int]) -> None:
+    """Deliver complete lines as they come; ``sent[0]`` counts them. The rest
+    (a last line without newline, or a tail the stream lost when the container
+    exited) is delivered from the final logs by :func:`run`."""
+    buf = ""
+    try:
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            buf += chunk.decode("utf-8", errors="replace")
+            *lines, buf = buf.split("\n")
+            for line in lines:
+                sent[0] += 1
+                try:
+                    on_output(redact(line, secrets))
+                except Exception:  # noqa: BLE001 - a watcher must not break the run
+                    log.debug("on_output failed", exc_info=True)
+    except Exception:  # noqa: BLE001 - the container went away: the result says why
+        log.debug("log stream ended", exc_info=True)
+
+
+def run(
+    job: SandboxJob,
+    profile: RunnerProfile,
+    *,
+    secrets: Iterable[str] = (),
+    client=None,
+    max_output: int = 200_000,
+    on_output: Callable[[str], None] | None = None,
+) -> SandboxResult:
+    """Run ``job`` in a fresh container; always remove it; never raise.
+    ``secrets`` are removed from the returned output and from the lines
+    streamed to ``on_output`` (called from a helper thread, line by line)."""
+    secrets = list(secrets)
+    streamer = None
+    sent = [0]
+    t0 = time.monotonic()
+    container = None
+    result = SandboxResult()
+    try:
+        client = client or docker_client()
+
+
+        kw = container_kwargs(
+            job,
+            profile,
+            npu_devices_present=present_npu_devices() if profile.device == "npu" else (),
+            paths_present=[p for p in NPU_DRIVER_MOUNTS if os.path.exists(p)],
+        )
+        kw.setdefault("name", f"rsi-{uuid.uuid4().hex[:12]}")
+        container = client.containers.create(**kw)
+        container.start()
+        if on_output is not None:
+            streamer = threading.Thread(target=_stream, args=(container, on_output, secrets, sent), daemon=True)
+            streamer.start()
+        t_started = time.monotonic()
+        result.start_s = t_started - t0
+        remaining = max(1.0, job.timeout_s)
+        try:
+            status = container.wait(timeout=remaining)
+            result.exit_code = int(status.get("StatusCode", -1))
+        except Exception as exc:  # noqa: BLE001 - requests' ReadTimeout / ConnectionError on timeout
+            if time.monotonic() - t_started < remaining - 1:
+                raise  # not the clock: the engine failed; reported as an error below
+            result.timed_out = True
+            log.debug("container timed out (%s); killing it", exc)
+            try:
+                container.kill()
+            except Exception:  # noqa: BLE001
+                log.debug("kill failed", exc_info=True)
+            try:
+                status = container.wait(timeout=30)
+                result.exit_code = int(status.get("StatusCode", -1))
+            except Exception:  # noqa: BLE001
+                result.exit_code = None
+        try:
+            container.reload()
+            result.oom_killed = bool(container.attrs.get("State", {}).get("OOMKilled"))
+        except Exception:  # noqa: BLE001
+            log.debug("reload failed", exc_info=True)
+        try:
+            out = container.logs(stdout=True, stderr=True)
+            text = out.decode("utf-8", errors="replace")
+            if len(text) > max_output:
+                text = f"[... {len(text) - max_output} characters cut ...]\n" + text[-max_output:]
+            result.output = text
+            if streamer is not None:
+                streamer.join(timeout=5)
+                rest = text.split("\n")[sent[0]:]
+                if rest and rest[-1] == "":
+                    rest.pop()
+                for line in rest:
+                    try:
+                        on_output(redact(line, secrets))
+                    except Exception:  # noqa: BLE001
+                        log.debug("on_output failed", exc_info=True)
+        except Exception as exc:  # noqa: BLE001
+            result.output = f"[logs unavailable: {exc}]"
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a result
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if streamer is not None:
+            streamer.join(timeout=5)
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001
+                log.warning("could not remove container %s", getattr(container, "id", "?"), exc_info=True)
+        result.duration_s = time.monotonic() - t0
+    result.output = redact(result.output, secrets)
+    if result.error:
+        result.error = redact(result.error, secrets)
+    return result

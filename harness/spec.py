@@ -1,0 +1,678 @@
+"""Task specs: from a proposal (an issue body) and the repo config to a task.
+
+``TaskSpec`` = the repo config ``.rsi/config.toml`` read from the target repo's
+default branch (never from a branch a proposal could control), overridden by
+the proposal where it is allowed to. The verifier owns the sections
+``benchmarks``, ``objective``, ``guards``, ``quality``, ``verifier`` and
+``hidden`` (``verifier.config.VerifyConfig``); this module owns ``knobs``,
+``policy``, ``agent`` and ``runner`` (see docs/contracts.md).
+
+What a proposal may change, and how:
+
+=================  ==========================================================
+``objective``      benchmark, metric, min_gain
+``guards``         added; one on the same benchmark+metric as a repo guard
+                   replaces it, unless the repo guard is ``required`` and the
+                   proposal's bound is looser (error). Guards are never dropped.
+``quality``        added; same rule (kind+output) as guards
+``verifier``       statistical settings
+``agent``          kind, rounds, round_timeout_s, max_straight_rejections
+``policy``         only tighter: ``editable`` narrows (a path must match both
+                   lists), ``protected`` adds, ``max_changed_lines`` lowers
+``runner``         ``profile``: one of the profiles the repo config declares
+=================  ==========================================================
+
+Everything else (benchmark commands, hidden inputs, knobs, agent commands,
+runner profiles) comes from the repo config only. Errors are collected, never
+raised one at a time: ``SpecError.errors`` is a list a human can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.gitutil import GitError, default_branch, git
+from harness.policy import EditPolicy, paths_named_by
+
+CONFIG_PATH = ".rsi/config.toml"
+VERIFIER_SECTIONS = ("benchmarks", "objective", "guards", "quality", "verifier", "hidden")
+HARNESS_SECTIONS = ("knobs", "policy", "agent", "runner")
+AGENT_KINDS = ("tuner", "replay", "command", "claude-code", "codex", "aider", "mini-swe-agent")
+DEFAULT_IMAGE = "rsi-bot/base:bookworm"
+
+
+class SpecError(ValueError):
+    """A repo config or proposal that cannot become a task. ``errors`` lists
+    every problem, each with where it is and what to do."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Knob(_Model):
+    """A setting the ``tuner`` may change: a ``key = value`` line in ``file``,
+    or the one group of ``pattern``."""
+
+    name: str
+    file: str
+    key: str | None = None
+    """A ``key = value`` (or ``key: value``) line in the file."""
+    pattern: str | None = None
+    """A regular expression with exactly one group: the value."""
+    values: list[int | float | bool | str] = Field(min_length=1)
+    """The values to try; the current one is read from the file."""
+
+    @model_validator(mode="after")
+    def _one_locator(self) -> Knob:
+        if (self.key is None) == (self.pattern is None):
+            raise ValueError("give exactly one of 'key' or 'pattern'")
+        if self.pattern is not None:
+            try:
+                rx = re.compile(self.pattern, re.MULTILINE)
+            except re.error as exc:
+                raise ValueError(f"'pattern' is not a regular expression: {exc}") from exc
+            if rx.groups != 1:
+                raise ValueError(f"'pattern' must have exactly one group, it has {rx.groups}")
+        return self
+
+
+class AgentSettings(_Model):
+    kind: str = "tuner"
+    """tuner | replay | command | claude-code | codex | aider | mini-swe-agent."""
+    rounds: int = Field(6, ge=1, le=1000)
+    round_timeout_s: float = Field(900, gt=0)
+    """Wall-clock limit of one agent run."""
+    max_straight_rejections: int = Field(5, ge=1)
+    """Pause the task after this many rejected candidates in a row."""
+    keep: Literal["advance", "propose"] = "advance"
+    """advance: Bk moves to an accepted candidate at once (local ``rsi run``);
+    propose: the candidate waits on its branch for review (the bot)."""
+    command: str | None = None
+    """For kind ``command``: the command template ({task_file}, {prompt_file},
+    {workdir}, {python}, {model} are filled in). Presets fill it for the others."""
+    model: str | None = None
+    """Model name handed to presets that take one."""
+    env: list[str] = Field(default_factory=list)
+    """Names of runner environment variables passed to the agent (API keys);
+    their values are never logged."""
+    patches: list[str] = Field(default_factory=list)
+    """For kind ``replay``: patch files, applied one per round, in order."""
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in AGENT_KINDS:
+            raise ValueError(f"unknown agent kind '{v}'; known: {', '.join(AGENT_KINDS)}")
+        return v
+
+
+class RunnerProfile(_Model):
+    image: str = DEFAULT_IMAGE
+    device: Literal["cpu", "cuda", "npu"] = "cpu"
+    cpus: float = Field(2.0, gt=0)
+    memory: str = "4g"
+    pids: int = Field(512, ge=16)
+    network: bool = False
+    """Whether the agent's container may reach the network (its model API).
+    Verifier containers never have network."""
+    devices: list[str] = Field(default_factory=list)
+    """cuda: GPU ids (empty = all); npu: davinci indices (empty = all present)."""
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class RunnerSettings(_Model):
+    profile: str = "cpu"
+    profiles: dict[str, RunnerProfile] = Field(default_factory=lambda: {"cpu": RunnerProfile()})
+
+    @property
+    def active(self) -> RunnerProfile:
+        return self.profiles[self.profile]
+
+    @model_validator(mode="after")
+    def _known(self) -> RunnerSettings:
+        if self.profile not in self.profiles:
+            if self.profile == "cpu":
+                self.profiles["cpu"] = RunnerProfile()
+            else:
+                raise ValueError(
+                    f"profile '{self.profile}' is not declared; declared: {', '.join(self.profiles) or 'none'}"
+                )
+        return self
+
+
+class HiddenInputs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    env: dict[str, str] = Field(default_factory=dict)
+    seed_env: str | None = None
+
+
+class TaskSpec(BaseModel):
+    """A validated task: everything the loop needs, nothing the agent may not see
+    except through :meth:`visible`."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    task_id: str
+    title: str = ""
+    verify: Any = None
+    """``verifier.config.VerifyConfig`` of the merged config."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The merged config, as a dict in the repo config's layout."""
+    knobs: list[Knob] = Field(default_factory=list)
+    policy: EditPolicy = Field(default_factory=EditPolicy)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    hidden: HiddenInputs = Field(default_factory=HiddenInputs)
+    notes: str = ""
+    """Free text from the proposal (the maintainer's idea), shown to the agent."""
+
+    # --- convenience views used by the loop and TASK.md -------------------
+    @property
+    def objective(self) -> dict[str, Any]:
+        return dict(self.config.get("objective", {}))
+
+    @property
+    def benchmark_name(self) -> str:
+        return str(self.objective.get("benchmark", ""))
+
+    @property
+    def benchmark(self) -> dict[str, Any]:
+        return dict(self.config.get("benchmarks", {}).get(self.benchmark_name, {}))
+
+    @property
+    def guards(self) -> list[dict[str, Any]]:
+        return list(self.config.get("guards", []))
+
+    @property
+    def quality(self) -> list[dict[str, Any]]:
+        return list(self.config.get("quality", []))
+
+    @property
+    def min_gain(self) -> float:
+        return float(self.objective.get("min_gain", 0.0))
+
+    def protected_paths(self) -> list[str]:
+        """Protected globs: the policy's plus every file a benchmark command or
+        setup names."""
+        extra: list[str] = []
+        for bench in self.config.get("benchmarks", {}).values():
+            for key in ("command", "setup"):
+                if isinstance(bench, dict) and isinstance(bench.get(key), str):
+                    extra += paths_named_by(bench[key])
+        return self.policy.all_protected(extra)
+
+    def verifier_config_text(self) -> str:
+        """The merged config as TOML (for a verifier running in a container)."""
+        return dump_toml(self.config)
+
+
+# ---------------------------------------------------------------- proposals
+
+
+class Proposal(BaseModel):
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    notes: str = ""
+    errors: list[str] = Field(default_factory=list)
+
+
+_SECTION_RX = re.compile(r"^###\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_FENCE_RX = re.compile(r"^```+\s*toml\s*\n(.*?)^```+\s*$", re.MULTILINE | re.DOTALL)
+_EMPTY = {"", "_no response_", "none", "n/a", "-"}
+
+_HEADINGS: dict[str, str] = {
+    "benchmark": "benchmark",
+    "objective": "metric",
+    "metric": "metric",
+    "objective metric": "metric",
+    "minimum gain": "min_gain",
+    "min gain": "min_gain",
+    "min_gain": "min_gain",
+    "guards": "guards",
+    "agent": "agent",
+    "rounds": "rounds",
+    "budget": "rounds",
+    "budget (rounds)": "rounds",
+    "editable paths": "editable",
+    "editable": "editable",
+    "runner": "runner",
+    "runner profile": "runner",
+    "configuration": "toml",
+    "config": "toml",
+    "toml": "toml",
+    "overrides": "toml",
+}
+
+
+def _clean(value: str) -> str:
+    v = _FENCE_RX.sub("", value).strip()
+    v = re.sub(r"^```.*?$", "", v, flags=re.MULTILINE).strip()
+    return "" if v.lower() in _EMPTY else v
+
+
+def _parse_gain(text: str) -> float:
+    t = text.strip().lower().replace(" ", "")
+    m = re.match(r"^\+?([0-9]*\.?[0-9]+)(%|x)?$", t)
+    if not m:
+        raise ValueError(f"'{text}' is not a gain; write 2%, 0.02 or 1.1x")
+    v = float(m.group(1))
+    if m.group(2) == "%":
+        return v / 100.0
+    if m.group(2) == "x":
+        return v - 1.0
+    return v
+
+
+_GUARD_RX = re.compile(
+    r"^(?:(?P<bench>[A-Za-z_][\w-]*)[.:])?(?P<metric>[A-Za-z_]\w*)\s*"
+    r"(?:(?P<op><=|≤|<|>=|≥|>)|(?P<kw>max_ratio|max_delta|min_ratio|min_delta)\s*=?)\s*"
+    r"(?P<sign>\+)?(?P<num>[0-9]*\.?[0-9]+)\s*(?P<unit>x|%)?\s*(?P<req>\(required\)|required)?$"
+)
+
+
+def _parse_guard_line(line: str) -> dict[str, Any]:
+    m = _GUARD_RX.match(line.strip())
+    if not m:
+        raise ValueError(
+            f"'{line.strip()}' is not a guard; write e.g. 'latency_p95_s <= 1.05x', "
+            "'peak_rss_mib <= +50' or 'latency_p95_s max_ratio = 1.05'"
+        )
+    num = float(m.group("num"))
+    g: dict[str, Any] = {"metric": m.group("metric")}
+    if m.group("bench"):
+        g["benchmark"] = m.group("bench")
+    unit, kw, op = m.group("unit"), m.group("kw"), m.group("op") or ""
+    side = "min" if (kw or "").startswith("min") or op.startswith((">", "≥")) else "max"
+    if (kw or "").endswith("delta") or (m.group("sign") and unit != "%"):
+        g[f"{side}_delta"] = num
+    elif unit == "%":
+        g[f"{side}_ratio"] = round(1.0 + num / 100.0 * (1 if side == "max" else -1), 10)
+    else:
+        g[f"{side}_ratio"] = num
+    if m.group("req"):
+        g["required"] = True
+    return g
+
+
+def parse_proposal(body: str | None) -> Proposal:
+    """Read a proposal: GitHub issue-form sections (``### Benchmark`` ...) and/or
+    fenced ```toml blocks (the TOML wins where both set a key)."""
+    prop = Proposal()
+    if not body or not body.strip():
+        return prop
+    body = body.replace("\r\n", "\n")
+    form: dict[str, Any] = {}
+    notes: list[str] = []
+
+    matches = list(_SECTION_RX.finditer(body))
+    for i, m in enumerate(matches):
+        heading = m.group(1).strip()
+        key = _HEADINGS.get(heading.lower().rstrip(":"))
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(body)
+        value = _clean(body[m.end() : end])
+        if key == "toml" or not value:
+            continue
+        where = f"section '### {heading}'"
+        try:
+            if key is None:
+                notes.append(f"{heading}:\n{value}")
+            elif key == "benchmark":
+                form.setdefault("objective", {})["benchmark"] = value.split()[0]
+            elif key == "metric":
+                mm = re.match(r"^[`\s]*([A-Za-z_]\w*)", value)
+                if not mm:
+                    raise ValueError(f"'{value}' does not start with a metric name")
+                form.setdefault("objective", {})["metric"] = mm.group(1)
+            elif key == "min_gain":
+                form.setdefault("objective", {})["min_gain"] = _parse_gain(value.split()[0])
+            elif key == "guards":
+                guards = []
+                for line in value.splitlines():
+                    line = re.sub(r"^\s*(?:[-*]|\d+\.)\s*(?:\[[ xX]\]\s*)?", "", line).strip().strip("`")
+                    if line and line.lower() not in _EMPTY:
+                        guards.append(_parse_guard_line(line))
+                if guards:
+                    form["guards"] = guards
+            elif key == "agent":
+                form.setdefault("agent", {})["kind"] = value.split()[0].strip("`").lower()
+            elif key == "rounds":
+                mm = re.search(r"\d+", value)
+                if not mm:
+                    raise ValueError(f"'{value}' has no number of rounds")
+                form.setdefault("agent", {})["rounds"] = int(mm.group(0))
+            elif key == "editable":
+                globs = [g.strip().strip("`") for g in re.split(r"[,\n]", value)]
+                globs = [re.sub(r"^[-*]\s*", "", g) for g in globs if g.strip()]
+                form.setdefault("policy", {})["editable"] = [g for g in globs if g]
+            elif key == "runner":
+                form.setdefault("runner", {})["profile"] = value.split()[0].strip("`")
+        except ValueError as exc:
+            prop.errors.append(f"proposal {where}: {exc}")
+
+    toml_over: dict[str, Any] = {}
+    for n, block in enumerate(_FENCE_RX.findall(body), start=1):
+        try:
+            toml_over = _deep_merge(toml_over, tomllib.loads(block))
+        except tomllib.TOMLDecodeError as exc:
+            prop.errors.append(f"proposal toml block {n}: not valid TOML: {exc}")
+    prop.overrides = _deep_merge(form, toml_over)
+    if not matches and not _FENCE_RX.search(body):
+        notes.append(body.strip())
+    prop.notes = "\n\n".join(notes)
+    return prop
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+# ------------------------------------------------------------------ merging
+
+_ALLOWED = {
+    "objective": {"benchmark", "metric", "min_gain"},
+    "agent": {"kind", "rounds", "round_timeout_s", "max_straight_rejections"},
+    "policy": {"editable", "protected", "max_changed_lines"},
+    "runner": {"profile"},
+}
+_FROM_REPO_ONLY = {
+    "benchmarks": "benchmark commands come from .rsi/config.toml on the default branch",
+    "hidden": "hidden inputs come from .rsi/config.toml on the default branch",
+    "knobs": "knobs come from .rsi/config.toml on the default branch",
+}
+
+
+def _guard_key(g: dict[str, Any], objective_bench: str) -> tuple[str, str]:
+    return (str(g.get("benchmark", objective_bench)), str(g.get("metric", "")))
+
+
+def _looser(new: dict[str, Any], old: dict[str, Any]) -> str | None:
+    for bound, upper in (("max_ratio", True), ("max_delta", True), ("max", True),
+                         ("min_ratio", False), ("min_delta", False)):
+        if bound in old:
+            if bound not in new:
+                return f"drops its {bound} = {old[bound]}"
+            try:
+                a, b = float(new[bound]), float(old[bound])
+            except (TypeError, ValueError):
+                return f"{bound} = {new[bound]!r} is not a number"
+            if (a > b) if upper else (a < b):
+                verb = "raises" if upper else "lowers"
+                return f"{verb} {bound} from {old[bound]} to {new[bound]}"
+    return None
+
+
+def merge_proposal(repo: dict[str, Any], over: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Apply a proposal's overrides to the repo config; return (merged, errors)."""
+    errors: list[str] = []
+    merged = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in repo.items()}
+    obj_bench = str(over.get("objective", {}).get("benchmark") or repo.get("objective", {}).get("benchmark", ""))
+
+    for section, value in over.items():
+        if section in _FROM_REPO_ONLY:
+            errors.append(f"proposal [{section}]: not allowed in a proposal; {_FROM_REPO_ONLY[section]}")
+        elif section in _ALLOWED:
+            if not isinstance(value, dict):
+                errors.append(f"proposal [{section}]: must be a table")
+                continue
+            bad = sorted(set(value) - _ALLOWED[section])
+            for k in bad:
+                errors.append(
+                    f"proposal [{section}] {k}: a proposal may only set "
+                    f"{', '.join(sorted(_ALLOWED[section]))} here; '{k}' comes from .rsi/config.toml"
+                )
+            ok = {k: v for k, v in value.items() if k not in bad}
+            if section == "policy":
+                pol = dict(merged.get("policy", {}))
+                if "editable" in ok:
+                    pol["narrow"] = list(ok["editable"]) if isinstance(ok["editable"], list) else ok["editable"]
+                if "protected" in ok:
+                    extra = ok["protected"] if isinstance(ok["protected"], list) else [ok["protected"]]
+                    pol["protected"] = list(pol.get("protected", [])) + [p for p in extra if p not in pol.get("protected", [])]
+                if "max_changed_lines" in ok:
+                    cap = pol.get("max_changed_lines", EditPolicy().max_changed_lines)
+                    if isinstance(ok["max_changed_lines"], int) and ok["max_changed_lines"] > cap:
+                        errors.append(
+                            f"proposal [policy] max_changed_lines: {ok['max_changed_lines']} would loosen "
+                            f"the repo's cap of {cap}; a proposal may only lower it"
+                        )
+                    else:
+                        pol["max_changed_lines"] = ok["max_changed_lines"]
+                merged["policy"] = pol
+            else:
+                merged[section] = {**merged.get(section, {}), **ok}
+        elif section in ("guards", "quality"):
+            if not isinstance(value, list) or not all(isinstance(g, dict) for g in value):
+                errors.append(f"proposal [[{section}]]: must be an array of tables")
+                continue
+            current = [dict(g) for g in merged.get(section, [])]
+            for i, g in enumerate(value, start=1):
+                label = "guard" if section == "guards" else "quality guard"
+                if section == "guards":
+                    key = _guard_key(g, obj_bench)
+                    same = [j for j, c in enumerate(current) if _guard_key(c, obj_bench) == key]
+                    name = f"{key[1]}"
+                else:
+                    key2 = (g.get("kind"), g.get("output"))
+                    same = [j for j, c in enumerate(current) if (c.get("kind"), c.get("output")) == key2]
+                    name = f"{g.get('kind')} on {g.get('output')}"
+                if same:
+                    old = current[same[0]]
+                    why = _looser(g, old)
+                    if old.get("required") and why:
+                        errors.append(
+                            f"proposal {label} {i} ({name}): {why}, but the repo config requires this guard; "
+                            "a proposal may only tighten it"
+                        )
+                        continue
+                    new = dict(g)
+                    if old.get("required"):
+                        new["required"] = True
+                    current[same[0]] = new
+                else:
+                    current.append(dict(g))
+            merged[section] = current
+        elif section == "verifier":
+            if isinstance(value, dict):
+                merged["verifier"] = {**merged.get("verifier", {}), **value}
+            else:
+                errors.append("proposal [verifier]: must be a table")
+        else:
+            errors.append(
+                f"proposal [{section}]: unknown section; a proposal may set objective, guards, quality, "
+                "verifier, agent, policy and runner"
+            )
+    return merged, errors
+
+
+# ------------------------------------------------------------- validation
+
+
+def _fmt_pydantic(prefix: str, exc: ValidationError) -> list[str]:
+    out = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "__root__")
+        msg = e.get("msg", "invalid").removeprefix("Value error, ")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown setting"
+        out.append(f"{prefix}{(' ' + loc) if loc else ''}: {msg}")
+    return out
+
+
+def _verify_config(merged: dict[str, Any]) -> tuple[Any, list[str]]:
+    try:
+        from verifier.config import ConfigError, VerifyConfig
+    except ImportError as exc:  # pragma: no cover - the verifier ships with us
+        return None, [f"the verifier is not installed ({exc})"]
+    text_dict = {k: v for k, v in merged.items() if k in VERIFIER_SECTIONS}
+    try:
+        return VerifyConfig.from_dict(text_dict), []
+    except ConfigError as exc:
+        return None, list(getattr(exc, "errors", [str(exc)]))
+
+
+def build_task(
+    repo_config_text: str,
+    proposal_body: str | None,
+    task_id: str,
+    *,
+    title: str = "",
+    repo_files: set[str] | None = None,
+) -> TaskSpec:
+    """Repo config text + proposal body -> TaskSpec, or ``SpecError`` listing
+    every problem. ``repo_files`` (paths at the default branch), when given,
+    lets knobs be checked against the tree."""
+    errors: list[str] = []
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", task_id or ""):
+        errors.append(f"task id '{task_id}': use letters, digits, '.', '_' or '-' (it names git branches)")
+    try:
+        repo = tomllib.loads(repo_config_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError([f"{CONFIG_PATH}: not valid TOML: {exc}"]) from exc
+
+    prop = parse_proposal(proposal_body)
+    errors += prop.errors
+    merged, merge_errors = merge_proposal(repo, prop.overrides)
+    errors += merge_errors
+
+    knobs: list[Knob] = []
+    for i, raw in enumerate(merged.get("knobs", []) or [], start=1):
+        label = f"knob {i}" + (f" ({raw.get('name')})" if isinstance(raw, dict) and raw.get("name") else "")
+        try:
+            k = Knob.model_validate(raw)
+        except ValidationError as exc:
+            errors += _fmt_pydantic(label, exc)
+            continue
+        if repo_files is not None and k.file not in repo_files:
+            errors.append(f"{label}: file '{k.file}' does not exist on the default branch")
+        if any(k.name == o.name for o in knobs):
+            errors.append(f"{label}: the name '{k.name}' is used by another knob")
+        knobs.append(k)
+
+    def section(model: type[BaseModel], key: str, label: str) -> Any:
+        try:
+            return model.model_validate(merged.get(key, {}) or {})
+        except ValidationError as exc:
+            errors.extend(_fmt_pydantic(label, exc))
+            return model()
+
+    policy = section(EditPolicy, "policy", "[policy]")
+    agent = section(AgentSettings, "agent", "[agent]")
+    runner = section(RunnerSettings, "runner", "[runner]")
+    hidden = section(HiddenInputs, "hidden", "[hidden]")
+    if agent.kind == "command" and not agent.command:
+        errors.append("[agent]: kind 'command' needs 'command', a command template such as 'my-agent --task {task_file}'")
+    if agent.kind == "tuner" and not knobs and "kind" in (merged.get("agent") or {}):
+        errors.append("[agent]: kind 'tuner' needs at least one [[knobs]] entry in .rsi/config.toml")
+
+    verify, verify_errors = _verify_config(merged)
+    errors += verify_errors
+    if errors:
+        raise SpecError(errors)
+    return TaskSpec(
+        task_id=task_id,
+        title=title,
+        verify=verify,
+        config=merged,
+        knobs=knobs,
+        policy=policy,
+        agent=agent,
+        runner=runner,
+        hidden=hidden,
+        notes=prop.notes,
+    )
+
+
+def load_repo_config(repo: Path | str, ref: str | None = None) -> str:
+    """The text of ``.rsi/config.toml`` at ``ref`` (default: the default branch)."""
+    ref = ref or default_branch(repo)
+    try:
+        return git(repo, "show", f"{ref}:{CONFIG_PATH}")
+    except GitError as exc:
+        raise SpecError(
+            [f"{repo}: no {CONFIG_PATH} on '{ref}' ({exc.stderr.strip()}); commit one to the default branch"]
+        ) from exc
+
+
+def repo_files(repo: Path | str, ref: str | None = None) -> set[str]:
+    ref = ref or default_branch(repo)
+    return set(git(repo, "ls-tree", "-r", "--name-only", ref).splitlines())
+
+
+def load_task(
+    repo: Path | str,
+    proposal_body: str | None = None,
+    task_id: str = "local",
+    *,
+    ref: str | None = None,
+) -> TaskSpec:
+    """build_task with the config and file list read from ``repo`` at ``ref``."""
+    ref = ref or default_branch(repo)
+    return build_task(
+        load_repo_config(repo, ref), proposal_body, task_id, repo_files=repo_files(repo, ref)
+    )
+
+
+# --------------------------------------------------------------- TOML out
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """A small TOML writer for config dicts (tables, arrays of tables, scalars)."""
+    lines: list[str] = []
+
+    def emit(d: dict[str, Any], prefix: str) -> None:
+        scalars = {k: v for k, v in d.items() if not isinstance(v, dict) and not _is_aot(v)}
+        tables = {k: v for k, v in d.items() if isinstance(v, dict)}
+        aots = {k: v for k, v in d.items() if _is_aot(v)}
+        for k, v in scalars.items():
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+        for k, v in tables.items():
+            name = f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k)
+            lines.append("")
+            lines.append(f"[{name}]")
+            emit(v, name)
+        for k, v in aots.items():
+            name = f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k)
+            for item in v:
+                lines.append("")
+                lines.append(f"[[{name}]]")
+                emit(item, name)
+
+    emit(data, "")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _is_aot(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)

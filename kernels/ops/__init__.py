@@ -1,0 +1,3 @@
+"""The operators: importing this package registers them in ``registry.REGISTRY``."""
+
+from . import modulate, norm, rope  # noqa: F401

@@ -1,0 +1,120 @@
+"""The autotuner: time variants, keep the winners in a cache file.
+
+Timing: a few warm-up calls, then repeats until both a minimum count and a
+small time budget are reached (or a maximum count), and the median is kept.
+Each repeat is synchronized with the device (CUDA / NPU events where the
+device has them, ``perf_counter`` around a synchronize otherwise).
+
+Cache: one JSON file, ``$RSI_KERNELS_CACHE`` or
+``~/.cache/rsi-kernels/autotune.json``, holding per device fingerprint (see
+``_device.fingerprint``: device model, software versions, CPU threads and a
+hash of the kernels sources) and per key the ranking of the variants that
+passed the gate, their medians, and the variants disabled with the reason.
+Writes re-read the file under a lock and replace it atomically, so several
+processes can share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import _device
+
+CACHE_VERSION = 1
+WARMUP = 3
+MIN_REPEATS = 5
+MAX_REPEATS = 50
+BUDGET_S = 0.25
+
+
+def cache_path() -> Path:
+    env = os.environ.get("RSI_KERNELS_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "rsi-kernels" / "autotune.json"
+
+
+def measure(fn: Callable[[], object], device: str, *, warmup: int | None = None,
+            min_repeats: int | None = None, max_repeats: int | None = None,
+            budget_s: float | None = None) -> float:
+    """Median seconds of fn() on device (defaults: the module's constants)."""
+    warmup = WARMUP if warmup is None else warmup
+    min_repeats = MIN_REPEATS if min_repeats is None else min_repeats
+    max_repeats = MAX_REPEATS if max_repeats is None else max_repeats
+    budget_s = BUDGET_S if budget_s is None else budget_s
+    for _ in range(warmup):
+        fn()
+    _device.synchronize(device)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < max_repeats:
+        times.append(_device.time_once(fn, device))
+        if len(times) >= min_repeats and time.perf_counter() - start >= budget_s:
+            break
+    return statistics.median(times)
+
+
+class Cache:
+    """The persistent tuning cache (see the module docstring)."""
+
+    def __init__(self, path: Path | None = None):
+        self._path = path
+
+    @property
+    def path(self) -> Path:
+        return self._path or cache_path()
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {"version": CACHE_VERSION, "devices": {}}
+        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+            return {"version": CACHE_VERSION, "devices": {}}
+        data.setdefault("devices", {})
+        return data
+
+    def get(self, fingerprint: str, key: str) -> dict[str, Any] | None:
+        entry = self._read()["devices"].get(fingerprint, {}).get(key)
+        return entry if isinstance(entry, dict) else None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = self.path.with_name(self.path.name + ".lock")
+        with open(lock, "a+") as fh:
+            try:
+                import fcntl
+
+                fcntl.flock(fh, fcntl.LOCK_EX)
+            except (ImportError, OSError):  # no flock here: last writer wins
+                pass
+            yield
+
+    def update(self, fingerprint: str, key: str, **fields: Any) -> None:
+        """Merge fields into the entry for (fingerprint, key) on disk."""
+        try:
+            with self._locked():
+                data = self._read()
+                entry = data["devices"].setdefault(fingerprint, {}).setdefault(key, {})
+                for name, value in fields.items():
+                    if isinstance(value, dict) and isinstance(entry.get(name), dict):
+                        entry[name].update(value)
+                    else:
+                        entry[name] = value
+                entry["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".autotune-")
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(data, fh, indent=1, sort_keys=True)
+                os.replace(tmp, self.path)
+        except OSError as e:  # a read-only home must not break the model
+            import logging
+
+            logging.getLogger("kernels").warning("kernels: cannot write tuning cache %s: %s", self.path, e)

@@ -1,0 +1,136 @@
+"""Renderers are pure: tested on their text."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot import render
+from verifier.verdict import (
+    Fingerprint, GuardResult, Interval, MetricComparison, ObjectiveResult, RunError, Verdict,
+)
+
+SHAS = {"b0": "b0b0b0b0b0b0b0", "bk": "bkbkbkbkbkbkbk", "candidate": "cacacacacaca12"}
+
+
+def verdict(decision="accept", **kw) -> Verdict:
+    base = dict(
+        decision=decision, reason="throughput +12.0% (95% CI +9.0% … +15.0%)", benchmark="tts",
+        objective=ObjectiveResult(benchmark="tts", metric="throughput", direction="higher",
+                                  ratio=1.12, ratio_ci=Interval(low=1.09, high=1.15), gain=0.12,
+                                  gain_ci=Interval(low=0.09, high=0.15), gain_vs_b0=0.2,
+                                  p_value=0.001, min_gain=0.02),
+        metrics=(
+            MetricComparison(name="throughput", direction="higher", b0=40.0, bk=42.0,
+                             candidate=47.0, ratio_vs_bk=1.12,
+                             ratio_vs_bk_ci=Interval(low=1.09, high=1.15)),
+            MetricComparison(name="latency_p95_s", direction="lower", source="samples",
+                             b0=0.31, bk=0.30, candidate=0.305, ratio_vs_bk=1.016),
+            MetricComparison(name="peak_rss_mib", direction="lower", source="measured",
+                             b0=500, bk=500, candidate=520, ratio_vs_bk=1.04),
+        ),
+        guards=(GuardResult(name="latency_p95_s <= 1.05x", kind="ratio", metric="latency_p95_s",
+                            against="bk", bound="<= 1.05x", value=1.016, status="pass"),
+                GuardResult(name="WER", kind="wer", against="b0", bound="<= 0.05", value=0.01,
+                            status="pass")),
+        tradeoffs=("peak memory +4.0% (520 MiB vs 500 MiB)",),
+        pairs=20, runs=42, shas=SHAS,
+        fingerprint=Fingerprint(cpu_model="Xeon", cpu_count=2, accelerator="cpu"),
+        duration_s=61.0,
+    )
+    base.update(kw)
+    return Verdict(**base)
+
+
+def test_marker_first_line_and_unique_kinds():
+    body = render.with_marker("hello", render.REPORT)
+    assert body.splitlines()[0] == "<!-- rsi-bot:report -->"
+    assert render.marker("status") != render.marker("report")
+    with pytest.raises(ValueError):
+        render.marker("bad kind -->")
+
+
+def test_report_has_the_required_parts():
+    text = render.report_comment(verdict(), history=[("B0", 40.0), ("#1", 47.0)],
+                                 ledger=[{"id": "3/1", "decision": "accept"}])
+    assert text.startswith(render.marker(render.REPORT))
+    assert "accepted" in text
+    assert "comparing cacacacaca with Bk bkbkbkbkbk and B0 b0b0b0b0b0 on cpu" in text
+    assert "| metric | B0 | Bk | candidate | change | 95% interval | verdict |" in text
+    assert "| throughput (higher) | 40 | 42 | 47 | +12.0% | +9.0% … +15.0% | objective: accept |" \
+        in text
+    assert "latency_p95_s" in text and "peak_rss_mib" in text and "WER" in text
+    assert "peak memory +4.0%" in text
+    assert "```mermaid" in text and "line [40, 47]" in text
+    assert "<details>" in text and '"id": "3/1"' in text and "Xeon" in text
+    assert len(text) < render.COMMENT_LIMIT
+
+
+def test_report_is_cut_to_the_limit():
+    huge = [{"id": f"x/{i}", "pad": "y" * 3000} for i in range(200)]
+    text = render.report_comment(verdict(), ledger=huge)
+    assert len(text) <= render.COMMENT_LIMIT
+    assert text.count("<details>") == text.count("</details>")
+
+
+@pytest.mark.parametrize("decision, conclusion", [
+    ("accept", "success"), ("reject", "failure"), ("inconclusive", "neutral"),
+    ("review", "neutral"), ("error", "neutral"),
+])
+def test_check_run_conclusions(decision, conclusion):
+    extra = {}
+    if decision == "error":
+        extra = dict(error=RunError(stage="candidate", message="docker died"), objective=None)
+    payload = render.check_run(verdict(decision, **extra))
+    assert payload["conclusion"] == conclusion
+    assert len(payload["title"]) <= 200 and len(payload["summary"]) <= 65535
+
+
+def test_error_verdict_says_infrastructure():
+    v = verdict("error", error=RunError(stage="candidate", message="docker died",
+                                        stderr_tail="OOM"), objective=None, metrics=())
+    text = render.report_comment(v)
+    assert "infrastructure" in text and "docker died" in text and "OOM" in text
+    assert render.check_run_error("runner offline")["conclusion"] == "neutral"
+
+
+class Spec:
+    objective = {"benchmark": "tts", "metric": "throughput", "min_gain": 0.05}
+    guards = [{"metric": "latency_p95_s", "max_ratio": 1.05}]
+    quality = [{"kind": "wer", "output": "transcripts"}]
+
+    class agent:
+        kind = "replay"
+        rounds = 3
+
+    class runner:
+        profile = "cpu"
+
+
+def test_status_comment():
+    summary = render.task_summary(Spec())
+    assert "`throughput` of benchmark `tts`, at least +5.0%" in summary
+    assert "`latency_p95_s` ≤ 1.05x" in summary and "`replay`, 3 rounds" in summary
+
+    class C:
+        n, decision, pr_number, state, hypothesis = 1, "accept", 7, "open", "cache | speaker"
+
+    text = render.status_comment(state="running", summary=summary, candidates=[C()], budget=3,
+                                 rounds_done=1, bk="abcdef1234567", b0="0123456789")
+    assert text.startswith(render.marker(render.STATUS))
+    assert "running rounds" in text and "Rounds: 1 of 3" in text
+    assert "| 1 | ✅ accepted | cache \\| speaker | #7 |" in text
+
+
+def test_status_errors_list():
+    text = render.status_comment(state="invalid", errors=["[objective]: metric 'x' unknown"])
+    assert "- [objective]: metric 'x' unknown" in text and "add the label again" in text
+
+
+def test_pr_texts_and_replies():
+    assert render.pr_title(3, 2, "Cache the speaker embedding\nmore") == \
+        "rsi #3.2: Cache the speaker embedding"
+    body = render.pr_body(issue=3, n=2, hypothesis="Cache it", verdict=verdict(), labeler="alice")
+    assert "#3" in body and "@alice" in body and "never approves or merges" in body
+    assert render.refusal("bob", "rerun", "no access") == "@bob `/rsi rerun` was not run: no access"
+    assert "/rsi budget N" in render.help_text()
+    assert "conflicts with #5" in render.conflict_note(5, "CONFLICT (content)")

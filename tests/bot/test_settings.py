@@ -1,0 +1,67 @@
+"""Settings fail fast, with every problem named."""
+
+import pytest
+
+from bot.settings import SettingsError, load_settings
+
+GOOD = {"RSI_WEBHOOK_SECRET": "s3cret-one,s3cret-two", "RSI_GITHUB_TOKEN": "ghp_x"}
+
+
+def test_defaults_and_rotation():
+    s = load_settings(GOOD)
+    assert s.webhook_secret == ["s3cret-one", "s3cret-two"]
+    assert s.trigger_label == "rsi" and s.executor == "local"
+    assert s.database_url.startswith("sqlite")
+    assert s.github_api_url == "https://api.github.com"
+
+
+def test_no_default_secret():
+    with pytest.raises(SettingsError) as e:
+        load_settings({"RSI_GITHUB_TOKEN": "x"})
+    assert "RSI_WEBHOOK_SECRET" in str(e.value)
+
+
+@pytest.mark.parametrize("weak", ["secret", "changeme", "short", ","])
+def test_weak_secret_refused(weak):
+    with pytest.raises(SettingsError) as e:
+        load_settings({**GOOD, "RSI_WEBHOOK_SECRET": weak})
+    assert "RSI_WEBHOOK_SECRET" in str(e.value)
+
+
+def test_credentials_required():
+    with pytest.raises(SettingsError) as e:
+        load_settings({"RSI_WEBHOOK_SECRET": "s3cret-one"})
+    assert "RSI_GITHUB_TOKEN" in str(e.value)
+
+
+def test_app_needs_key():
+    with pytest.raises(SettingsError) as e:
+        load_settings({"RSI_WEBHOOK_SECRET": "s3cret-one", "RSI_GITHUB_APP_ID": "12"})
+    assert "RSI_GITHUB_PRIVATE_KEY" in str(e.value)
+
+
+def test_app_with_key_file(tmp_path):
+    key = tmp_path / "k.pem"
+    key.write_text("-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----\n")
+    s = load_settings({"RSI_WEBHOOK_SECRET": "s3cret-one", "RSI_GITHUB_APP_ID": "12",
+                       "RSI_GITHUB_PRIVATE_KEY": str(key)})
+    assert s.uses_app and "BEGIN" in s.github_private_key
+
+
+def test_executor_is_checked():
+    with pytest.raises(SettingsError) as e:
+        load_settings({**GOOD, "RSI_EXECUTOR": "k8s"})
+    assert "RSI_EXECUTOR" in str(e.value)
+
+
+def test_reads_process_environment(monkeypatch):
+    monkeypatch.setenv("RSI_WEBHOOK_SECRET", "from-env-secret")
+    monkeypatch.setenv("RSI_GITHUB_TOKEN", "tok")
+    monkeypatch.setenv("RSI_RUNNER_LABELS", "self-hosted,gpu")
+    s = load_settings()
+    assert s.webhook_secret == ["from-env-secret"] and s.runner_labels == ["self-hosted", "gpu"]
+
+
+def test_explicit_env_ignores_process_env(monkeypatch):
+    monkeypatch.setenv("RSI_TRIGGER_LABEL", "other")
+    assert load_settings(GOOD).trigger_label == "rsi"

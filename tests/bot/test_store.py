@@ -1,0 +1,209 @@
+"""The durable store on SQLite and (when RSI_TEST_POSTGRES_URL is set) PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from bot.store import Base, Store
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _make(url: str, clock) -> Store:
+    store = Store(url, clock=clock, create=False)
+    Base.metadata.drop_all(store.engine)
+    Base.metadata.create_all(store.engine)
+    return store
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/bot.db"
+    return os.environ["RSI_TEST_POSTGRES_URL"]
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def store(db_url, clock):
+    s = _make(db_url, clock)
+    yield s
+    s.close()
+
+
+def test_delivery_claimed_once(store):
+    assert store.record_delivery("d1", "issues", "labeled", {"a": 1}) is not None
+    assert store.record_delivery("d1", "issues", "labeled", {"a": 1}) is None
+    assert store.count_deliveries() == 1
+    assert len(store.jobs(kind="event")) == 1
+    assert store.delivery("d1").payload == {"a": 1}
+
+
+def test_concurrent_redeliveries_claim_once(store):
+    results = []
+
+    def go():
+        results.append(store.record_delivery("same", "ping", None, {}))
+
+    threads = [threading.Thread(target=go) for _ in range(16)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sum(r is not None for r in results) == 1
+    assert len(store.jobs()) == 1
+
+
+def test_claim_finish(store):
+    jid = store.enqueue("x", {"n": 1})
+    job = store.claim("w1")
+    assert job.id == jid and job.payload == {"n": 1} and job.attempts == 1
+    assert store.claim("w2") is None
+    assert store.finish(job, {"ok": True})
+    assert store.job(jid).state == "done" and store.job(jid).result == {"ok": True}
+
+
+def test_enqueue_key_is_idempotent(store):
+    assert store.enqueue("x", {}, key="k") is not None
+    assert store.enqueue("x", {}, key="k") is None
+    assert len(store.jobs()) == 1
+
+
+def test_retry_with_backoff_then_fail(store, clock):
+    store.enqueue("x", {}, max_attempts=2)
+    job = store.claim("w")
+    assert store.fail(job, "boom", backoff_base_s=10) == "queued"
+    assert store.claim("w") is None  # not due yet
+    clock.t += 10
+    job = store.claim("w")
+    assert job.attempts == 2
+    assert store.fail(job, "boom again") == "failed"
+    assert store.job(job.id).last_error == "boom again"
+    assert store.job_counts()["failed"] == 1
+
+
+def test_expired_lease_is_reclaimed(store, clock):
+    store.enqueue("x", {})
+    job = store.claim("dead-worker", lease_s=5)
+    clock.t += 3
+    assert store.heartbeat(job, lease_s=5)
+    clock.t += 4
+    assert store.claim("w2", lease_s=5) is None  # heartbeat kept it
+    clock.t += 2
+    again = store.claim("w2", lease_s=5)
+    assert again.id == job.id and again.attempts == 2
+    assert not store.heartbeat(job)  # the dead worker lost it
+    assert not store.finish(job)
+    assert store.finish(again)
+
+
+def test_dying_workers_exhaust_attempts(store, clock):
+    store.enqueue("x", {}, max_attempts=2)
+    for _ in range(2):
+        assert store.claim("w", lease_s=1) is not None
+        clock.t += 2
+    assert store.claim("w", lease_s=1) is None
+    assert store.job_counts()["failed"] == 1
+
+
+def test_lane_runs_one_at_a_time(store):
+    a = store.enqueue("x", {}, lane="task:1")
+    b = store.enqueue("x", {}, lane="task:1")
+    c = store.enqueue("x", {}, lane="task:2")
+    j1 = store.claim("w")
+    j2 = store.claim("w")
+    assert (j1.id, j2.id) == (a, c)
+    assert store.claim("w") is None
+    store.finish(j1)
+    assert store.claim("w").id == b
+
+
+def test_kinds_filter(store):
+    store.enqueue("event", {})
+    jid = store.enqueue("run_task", {})
+    assert store.claim("w", kinds=["run_task"]).id == jid
+
+
+def test_concurrent_claims_never_share_a_job(store):
+    n = 40
+    for i in range(n):
+        store.enqueue("x", {"i": i})
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def worker():
+        while (job := store.claim(f"w{threading.get_ident()}")) is not None:
+            with lock:
+                got.append(job.id)
+            store.finish(job)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sorted(got) == sorted(set(got)) and len(got) == n
+
+
+def test_queue_age_and_counts(store, clock):
+    store.enqueue("x", {})
+    clock.t += 7
+    assert store.oldest_queued_age() == pytest.approx(7)
+    assert store.job_counts() == {"queued": 1, "running": 0, "done": 0, "failed": 0}
+
+
+def test_tasks_supersede(store):
+    t1 = store.start_task("o/r", 3, labeler="alice", installation_id=9)
+    assert t1.generation == 1
+    store.update_task(t1.id, stop=True, budget=4)
+    t2 = store.start_task("o/r", 3, labeler="bob", installation_id=None)
+    assert t2.id == t1.id and t2.generation == 2 and not t2.stop and t2.labeler == "bob"
+    assert t2.installation_id == 9
+    assert not store.update_task(t1.id, generation=1, state="running")
+    assert store.update_task(t1.id, generation=2, state="running")
+    assert store.find_task("o/r", 3).state == "running"
+
+
+def test_candidates_and_sticky(store):
+    t = store.start_task("o/r", 3, labeler="a", installation_id=None)
+    store.upsert_candidate(t.id, 1, branch="rsi/3/1", sha="abc", decision="accept")
+    store.upsert_candidate(t.id, 1, pr_number=7, state="open")
+    store.upsert_candidate(t.id, 2, decision="reject")
+    task, cand = store.candidate_by_pr("o/r", 7)
+    assert task.id == t.id and cand.branch == "rsi/3/1"
+    assert store.candidate_by_branch("o/r", "rsi/3/1")[1].n == 1
+    assert [c.n for c in store.candidates(t.id, state="open")] == [1]
+    assert store.verdict_counts() == {"accept": 1, "reject": 1}
+    assert store.sticky("o/r", 3, "status") is None
+    store.set_sticky("o/r", 3, "status", 11)
+    store.set_sticky("o/r", 3, "status", 12)
+    assert store.sticky("o/r", 3, "status") == 12
+
+
+def test_installations(store):
+    store.set_installation(5, account="octo", add_repos=["octo/a", "octo/b"])
+    store.set_installation(5, remove_repos=["octo/a"], suspended=True)
+    inst = store.installation(5)
+    assert inst.repos == ["octo/b"] and inst.suspended
+    store.set_installation(5, deleted=True)
+    assert store.installation(5) is None
+
+
+def test_restart_keeps_everything(db_url, clock):
+    s1 = _make(db_url, clock)
+    s1.record_delivery("d", "issues", "labeled", {})
+    s1.claim("w", lease_s=5)
+    s1.close()
+    s2 = Store(db_url, clock=clock)
+    clock.t += 6
+    assert s2.claim("w2").kind == "event"
+    s2.close()

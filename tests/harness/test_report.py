@@ -1,0 +1,317 @@
+"""harness.report: the verifier report as markdown (the bot's PR comment) and
+HTML, tested on its text."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import pytest
+
+from harness.report import (
+    MAX_MARKDOWN_CHARS,
+    HistoryPoint,
+    comparing_line,
+    headline,
+    history_from_ledger,
+    render_html_report,
+    render_markdown_report,
+    render_mermaid_chart,
+    render_summary_table,
+    summary_rows,
+)
+from verifier.verdict import (
+    Fingerprint,
+    GuardResult,
+    Interval,
+    MetricComparison,
+    ObjectiveResult,
+    RunError,
+    Verdict,
+)
+
+SHAS = {"b0": "b0" * 20, "bk": "bk" * 20, "candidate": "cc" * 20}
+FP = Fingerprint(cpu_model="AMD EPYC 9654", cpu_count=2, machine="x86_64", python="3.11.7",
+                 accelerator="cpu", torch="2.13.0+cpu", container_image="rsi-bot/base:bookworm")
+STARTED = datetime(2026, 12, 2, 18, 0, tzinfo=timezone.utc)
+
+
+def _metric(name, direction, b0, bk, cand, unit=""):
+    return MetricComparison(
+        name=name, direction=direction, unit=unit, b0=b0, bk=bk, candidate=cand,
+        ratio_vs_bk=cand / bk, ratio_vs_bk_ci=Interval(low=cand / bk * 0.97, high=cand / bk * 1.03),
+        ratio_vs_b0=cand / b0, ratio_vs_b0_ci=Interval(low=cand / b0 * 0.97, high=cand / b0 * 1.03),
+    )
+
+
+def _guards(length_change=0.0):
+    out = [GuardResult(name="failed requests (tts)", kind="failed_requests", metric="counts.failed",
+                       bound="== 0", value=0.0, status="pass")]
+    for ref in ("bk", "b0"):
+        out += [
+            GuardResult(name="latency_p95_s <= 1.05x", kind="ratio", metric="latency_p95_s", against=ref,
+                        bound="<= 1.05x", value=0.8, ci=Interval(low=0.75, high=0.85), status="pass"),
+            GuardResult(name="peak_rss_mib <= 1.02x [default]", kind="ratio", metric="peak_rss_mib",
+                        against=ref, bound="<= 1.02x", value=1.004, status="pass"),
+            GuardResult(name="startup_s <= 1.2x", kind="ratio", metric="startup_s", against=ref,
+                        bound="<= 1.2x", value=0.99, status="pass"),
+            GuardResult(name="WER(transcripts)", kind="wer", metric="outputs.transcripts", against=ref,
+                        bound="<= 2.00%; delta <= +0.00%", value=0.0, status="pass",
+                        detail="WER 0.00% against ground truth"),
+            GuardResult(name="length(audio_samples) within ±1%", kind="output_length",
+                        metric="outputs.audio_samples", against=ref, bound="within ±1.0%", value=length_change,
+                        status="pass" if abs(length_change) <= 0.01 else "fail",
+                        detail=f"length 63360 vs ref 84480 ({length_change:+.2%})"),
+        ]
+    return out
+
+
+def make_verdict(decision="accept", *, gain=0.25, gain_vs_b0=0.9, length_change=0.0, reason=None, **kw):
+    tp_bk, tp_b0 = 8.0, (8.0 * (1 + gain)) / (1 + gain_vs_b0)
+    tp_c = tp_bk * (1 + gain)
+    return Verdict(
+        decision=decision,
+        reason=reason or "gain +25.0% [+20.1%, +30.2%] clears min_gain and the noise margin; p=0.0039",
+        benchmark="tts",
+        objective=ObjectiveResult(
+            benchmark="tts", metric="throughput", direction="higher", ratio=1 + gain,
+            ratio_ci=Interval(low=1 + gain - 0.05, high=1 + gain + 0.05), gain=gain,
+            gain_ci=Interval(low=gain - 0.05, high=gain + 0.05), gain_vs_b0=gain_vs_b0, p_value=0.0039,
+            min_gain=0.03, noise_margin=0.012,
+        ),
+        metrics=(
+            _metric("throughput", "higher", tp_b0, tp_bk, tp_c),
+            _metric("latency_p95_s", "lower", 0.35, 0.12, 0.096, "s"),
+            _metric("peak_rss_mib", "lower", 257.0, 258.0, 259.0, "MiB"),
+            _metric("startup_s", "lower", 3.1, 3.0, 2.97, "s"),
+            _metric("ttfa_p50_s", "lower", 0.05, 0.03, 0.025, "s"),
+        ),
+        guards=tuple(_guards(length_change)),
+        tradeoffs=("Peak memory (peak_rss_mib): 258 MiB -> 259 MiB, +0.4% vs Bk (no clear change), +0.8% vs B0.",),
+        pairs=8, runs=27, shas=SHAS, fingerprint=FP, started_at=STARTED, duration_s=93.0,
+        settings={"device": "cpu", "requests": 8}, **kw,
+    )
+
+
+def make_ledger(n=5):
+    recs = []
+    tp = 4.0
+    for i in range(1, n + 1):
+        kept = i % 2 == 0
+        cand = tp * (1.2 if kept else 0.98)
+        verdict = {"objective": {"metric": "throughput"},
+                   "metrics": [{"name": "throughput", "b0": 4.0, "bk": tp, "candidate": cand}]}
+        recs.append({
+            "id": f"t/{i}", "event": "candidate", "task": "t", "round": i, "candidate": i,
+            "agent": "replay" if i > 2 else "tuner", "hypothesis": f"change number {i}",
+            "sha": f"{i:040d}", "base_sha": "b0" * 20 if i == 1 else "x", "b0_sha": "b0" * 20,
+            "decision": "accept" if kept else "reject", "status": "kept" if kept else "rolled_back",
+            "reason": "ok" if kept else "objective wholly below min_gain", "gain": 0.2 if kept else -0.02,
+            "gain_vs_b0": cand / 4.0 - 1, "objective_metric": "throughput", "verdict": verdict,
+        })
+        if kept:
+            tp = cand
+    return recs
+
+
+# ---------------------------------------------------------------- headline
+
+
+def test_headline_says_decision_gain_and_b0():
+    h = headline(make_verdict())
+    assert h.startswith("✅ **Accepted**")
+    assert "throughput +25.0% vs Bk" in h
+    assert "95% interval +20.0% to +30.0%" in h
+    assert "+90.0% vs B0 (1.90x)" in h
+
+
+@pytest.mark.parametrize("decision,word", [("reject", "Rejected"), ("review", "Needs review"),
+                                           ("inconclusive", "Inconclusive")])
+def test_headline_words(decision, word):
+    assert f"**{word}**" in headline(make_verdict(decision))
+
+
+def test_error_verdict_is_not_a_regression():
+    v = Verdict(decision="error", reason="the candidate: benchmark crashed", shas=SHAS,
+                error=RunError(stage="candidate", message="exit code 1", stderr_tail="Traceback ... boom"))
+    md = render_markdown_report(v, ledger=[])
+    assert "not a regression" in md
+    assert "_No measurements._" in md
+    assert "boom" in md and "<details><summary>stderr (tail)</summary>" in md
+    assert "an unrecorded machine" in md
+
+
+def test_comparing_line():
+    line = comparing_line(make_verdict())
+    assert line.startswith(f"comparing `{SHAS['candidate'][:12]}` with Bk `{SHAS['bk'][:12]}` and B0 `{SHAS['b0'][:12]}`")
+    assert "on CPU (AMD EPYC 9654, 2 cores)" in line
+    assert "8 pairs, 27 runs" in line
+
+
+def test_comparing_line_names_the_accelerator():
+    fp = FP.model_copy(update={"accelerator": "Ascend910B3", "accelerator_count": 8, "cann": "8.0.RC3"})
+    v = make_verdict().model_copy(update={"fingerprint": fp})
+    assert "on 8× Ascend910B3 (CANN 8.0.RC3)" in comparing_line(v)
+
+
+# ------------------------------------------------------------------- table
+
+
+def test_table_has_the_columns_and_rows():
+    table = render_summary_table(make_verdict())
+    lines = table.splitlines()
+    assert lines[0] == "| metric | B0 | Bk | candidate | change vs Bk | 95% interval | verdict |"
+    body = "\n".join(lines[2:])
+    assert lines[2].startswith("| **throughput** (objective, higher is better) | 5.263 | 8 | 10 | +25.0% better |")
+    for name in ("latency_p95_s", "peak_rss_mib", "startup_s", "failed requests", "WER(transcripts)",
+                 "length(audio_samples) within ±1%"):
+        assert f"| {name} |" in body, name
+    assert "| 350 ms | 120 ms | 96 ms | -20.0% better |" in body
+    assert "✅ pass (≤ 1.05x)" in body
+    assert "✅ clear gain, p=0.0039" in lines[2]
+
+
+def test_rows_order_objective_first_then_tail_memory_startup():
+    names = [r.metric for r in summary_rows(make_verdict())]
+    assert names[0].startswith("**throughput**")
+    assert names.index("latency_p95_s") < names.index("peak_rss_mib") < names.index("startup_s")
+    assert names[-2:] == ["WER(transcripts)", "length(audio_samples) within ±1%"]
+
+
+def test_quality_guard_failure_is_spelled_out():
+    v = make_verdict("reject", length_change=-0.25,
+                     reason="guard failed: length(audio_samples) within ±1% vs Bk: length 63360 vs Bk 84480 (-25.00%)")
+    md = render_markdown_report(v, ledger=[])
+    row = next(line for line in md.splitlines() if line.startswith("| length(audio_samples)"))
+    assert "-25.0% vs Bk, -25.0% vs B0" in row
+    assert "❌ fail (within ±1.0%) vs B0 and Bk: length 63360" in row
+    assert "comes with a quality loss" in md  # tradeoffs spell it out
+
+
+def test_unclear_guard_names_the_reference():
+    guards = list(_guards())
+    guards[1] = guards[1].model_copy(update={"status": "unclear", "ci": Interval(low=0.99, high=1.08)})
+    v = make_verdict("review").model_copy(update={"guards": tuple(guards)})
+    row = next(r for r in summary_rows(v) if r.metric == "latency_p95_s")
+    assert row.status == "unclear" and row.verdict == "❔ unclear (<= 1.05x) vs Bk"
+
+
+# ------------------------------------------------------------ history/chart
+
+
+def test_history_from_ledger_follows_kept_candidates():
+    hist = history_from_ledger(make_ledger(4))
+    assert [h.label for h in hist] == ["B0", "#1", "#2", "#3", "#4"]
+    assert hist[0].value == 4.0
+    assert hist[1].bk == 4.0 and hist[1].decision == "reject"  # rolled back: Bk stays
+    assert hist[2].bk == pytest.approx(4.8)  # kept: Bk is the candidate
+    assert hist[3].bk == pytest.approx(4.8)
+    assert hist[4].bk == pytest.approx(5.76)
+
+
+def test_history_skips_unmeasured_and_reverify():
+    recs = make_ledger(2)
+    recs.insert(1, {"id": "t/9", "event": "candidate", "task": "t", "round": 2, "candidate": 9,
+                    "agent": "replay", "decision": "reject", "reason": "edit policy: bench/tts.py is protected",
+                    "status": "rolled_back"})
+    recs.append({**recs[-1], "id": "t/2/reverify/x", "event": "reverify"})
+    hist = history_from_ledger(recs)
+    assert [h.label for h in hist] == ["B0", "#1", "#9", "#2"]
+    assert hist[2].value is None and hist[2].bk == 4.0
+    chart = render_mermaid_chart(hist, metric="throughput")
+    assert '"#9"' not in chart  # no zero bar for a candidate that was never measured
+
+
+def test_mermaid_chart():
+    chart = render_mermaid_chart(history_from_ledger(make_ledger(3)), metric="throughput")
+    assert chart.startswith("```mermaid\nxychart-beta\n")
+    assert 'x-axis ["B0", "#1", "#2", "#3"]' in chart
+    assert "bar [4, 3.92, 4.8, 4.704]" in chart
+    assert "line [4, 4, 4.8, 4.8]" in chart
+    assert chart.endswith("```")
+    assert render_mermaid_chart([HistoryPoint("B0", 1.0, 1.0)], metric="x") == ""
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def test_markdown_report_sections_in_order():
+    md = render_markdown_report(make_verdict(), ledger=make_ledger(3), title="tiny-tts #2", marker="<!-- rsi:report -->")
+    assert md.startswith("<!-- rsi:report -->\n\n### tiny-tts #2\n\n✅ **Accepted**")
+    order = ["comparing `", "| metric |", "**Tradeoffs**", "```mermaid", "<details><summary>Ledger (3 records) and fingerprint</summary>",
+             "| # | round | agent |", "**Fingerprint**", "cpu_model: AMD EPYC 9654", f"sha.candidate: {SHAS['candidate']}", "</details>"]
+    pos = [md.index(s) for s in order]
+    assert pos == sorted(pos)
+    assert md.count("```") % 2 == 0
+    assert len(md) < MAX_MARKDOWN_CHARS
+
+
+def test_markdown_is_deterministic():
+    a = render_markdown_report(make_verdict(), ledger=make_ledger(3))
+    b = render_markdown_report(make_verdict(), ledger=make_ledger(3))
+    assert a == b
+
+
+def test_agent_text_is_neutralized():
+    recs = make_ledger(1)
+    recs[0]["hypothesis"] = "ping @octocat | <script>alert(1)</script>\nsecond line"
+    md = render_markdown_report(make_verdict(), ledger=recs)
+    row = next(line for line in md.splitlines() if line.startswith("| #1 |"))
+    assert "@\u200boctocat" in row and "@octocat" not in row
+    assert "<script>" not in md and "&lt;script" in row
+    assert "\\|" in row and row.count(" | ") == 8  # the pipe is escaped: still 9 cells
+
+
+def test_long_ledger_is_cut_with_a_note_and_stays_under_the_limit():
+    recs = make_ledger(3000)
+    for r in recs:
+        r["reason"] = "x" * 200
+    md = render_markdown_report(make_verdict(), ledger=recs)
+    assert len(md) < MAX_MARKDOWN_CHARS
+    m = re.search(r"_(\d+) older record\(s\) left out", md)
+    assert m and 0 < int(m.group(1)) < 3000
+    assert "| #3000 |" in md and "| #1 |" not in md  # the newest are kept
+    assert md.rstrip().endswith("</details>")
+    assert "**Fingerprint**" in md
+    assert "2941 older not shown" in md  # the chart keeps B0 and the newest 59
+
+
+def test_pathological_reason_is_clipped():
+    v = make_verdict(reason="y" * 200_000)
+    md = render_markdown_report(v, ledger=make_ledger(2))
+    assert len(md) < MAX_MARKDOWN_CHARS
+    assert "y" * 1499 + "…" in md
+
+
+def test_smaller_limit_is_respected():
+    md = render_markdown_report(make_verdict(), ledger=make_ledger(200), max_chars=9000)
+    assert len(md) < 9000
+
+
+def test_accepts_a_verdict_dict():
+    v = make_verdict()
+    assert render_markdown_report(v.model_dump(mode="json", by_alias=True), ledger=[]) == render_markdown_report(v, ledger=[])
+
+
+# -------------------------------------------------------------------- HTML
+
+
+def test_html_report_is_self_contained():
+    recs = make_ledger(4)
+    recs[0]["hypothesis"] = "<img src=x onerror=alert(1)>"
+    page = render_html_report(make_verdict(), ledger=recs, title="tiny-tts demo")
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<svg" in page and "</svg>" in page
+    assert "<script" not in page.lower()
+    assert "&lt;img src=x" in page and "<img" not in page
+    external = re.findall(r'(?:src|href)="(https?:[^"]+)"', page)
+    assert external == []
+    assert page.count("<circle") >= 5  # B0 + 4 candidates (+ legend)
+    assert "<title>#2: accept throughput=4.8 — change number 2</title>" in page
+    assert "<td>startup_s</td>" in page and 'class="fail"' not in page
+
+
+def test_html_marks_failing_rows():
+    v = make_verdict("reject", length_change=-0.25)
+    page = render_html_report(v, ledger=[])
+    assert '<tr class="fail"><td>length(audio_samples) within ±1%</td>' in page

@@ -1,0 +1,347 @@
+"""Command line: ``python -m verifier`` (and ``rsi verify`` / ``rsi calibrate``).
+
+Exit codes: 0 accept (calibrate: the task is feasible), 1 any other decision
+(calibrate: too noisy), 2 usage or infrastructure errors (bad refs, bad
+config, a benchmark that crashed: decision ``error``).
+
+* ``verify BASE_REF CAND_REF --repo PATH [--benchmark NAME] [--b0 REF] [--report FILE]``:
+  worktrees of the refs, the config from BASE_REF's ``.rsi/config.toml`` (never
+  the candidate's), a table and the JSON report.
+* ``calibrate REF --repo PATH``: A/A pairs; spread and smallest detectable gain.
+* ``verify-dirs BASE_DIR CAND_DIR``: the same judge on two checkouts already on
+  disk (the harness runs it inside a container); writes the JSON verdict.
+* ``calibrate-dir DIR``: calibration of a checkout on disk.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .calibrate import Calibration, calibrate as run_calibration
+from .config import ConfigError, VerifyConfig
+from .git import GitError, rev_parse, show_file, worktrees
+from .measure import ProgressEvent
+from .verdict import Fingerprint, Verdict
+
+CONFIG_PATH = ".rsi/config.toml"
+EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA = 0, 1, 2
+
+app = typer.Typer(help="The rsi verifier: measures and judges candidates.", no_args_is_help=True,
+                  add_completion=False)
+err_console = Console(stderr=True)
+
+
+def exit_code(verdict: Verdict) -> int:
+    if verdict.decision == "accept":
+        return EXIT_ACCEPT
+    if verdict.decision == "error":
+        return EXIT_INFRA
+    return EXIT_OTHER
+
+
+def _fail(message: str) -> "typer.Exit":
+    err_console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(EXIT_INFRA)
+
+
+# ---- rendering (pure: data in, renderables out) -------------------------------
+
+_COLOR = {"accept": "green", "review": "yellow", "reject": "red", "inconclusive": "blue", "error": "magenta",
+          "pass": "green", "fail": "red", "unclear": "yellow", "skipped": "dim"}
+
+
+def render_verdict(v: Verdict) -> list:
+    out: list = []
+    color = _COLOR.get(v.decision, "white")
+    out.append(f"[bold {color}]{v.decision.upper()}[/]  {v.reason}")
+    if v.objective is not None and v.objective.gain is not None:
+        o = v.objective
+        ci = o.gain_ci
+        out.append(
+            f"objective {o.benchmark}.{o.metric} ({o.direction} is better): gain {o.gain:+.2%}"
+            + (f" [{ci.low:+.2%}, {ci.high:+.2%}]" if ci else "")
+            + (f", p={o.p_value:.2g}" if o.p_value is not None else "")
+            + f", min_gain {o.min_gain:.1%}, noise margin {o.noise_margin:.1%}"
+            + (f", vs B0 {o.gain_vs_b0:+.2%}" if o.gain_vs_b0 is not None else "")
+            + f"; {v.pairs} pairs, {v.runs} runs"
+        )
+    if v.metrics:
+        t = Table(title="metrics (median over runs; percentiles pooled)", show_lines=False)
+        has_b0 = any(m.b0 is not None for m in v.metrics)
+        t.add_column("metric")
+        if has_b0:
+            t.add_column("B0", justify="right")
+        t.add_column("Bk", justify="right")
+        t.add_column("candidate", justify="right")
+        t.add_column("vs Bk", justify="right")
+        t.add_column("95% CI", justify="right")
+        if has_b0:
+            t.add_column("vs B0", justify="right")
+        for m in v.metrics:
+            row = [f"{m.name} ({m.direction[0]})"]
+            if has_b0:
+                row.append(_num(m.b0))
+            row += [_num(m.bk), _num(m.candidate),
+                    f"{m.ratio_vs_bk - 1:+.2%}" if m.ratio_vs_bk is not None else "-",
+                    f"{m.ratio_vs_bk_ci.low - 1:+.1%} .. {m.ratio_vs_bk_ci.high - 1:+.1%}"
+                    if m.ratio_vs_bk_ci else "-"]
+            if has_b0:
+                row.append(f"{m.ratio_vs_b0 - 1:+.2%}" if m.ratio_vs_b0 is not None else "-")
+            t.add_row(*row)
+        out.append(t)
+    if v.guards:
+        t = Table(title="guards")
+        for col in ("guard", "vs", "status", "detail"):
+            t.add_column(col)
+        for g in v.guards:
+            c = _COLOR.get(g.status, "white")
+            t.add_row(g.name, g.against, f"[{c}]{g.status}[/]", g.detail)
+        out.append(t)
+    for line in v.tradeoffs:
+        out.append(f"tradeoff: {line}")
+    for line in v.warnings:
+        out.append(f"[yellow]warning:[/] {line}")
+    if v.error is not None:
+        out.append(f"[magenta]error in {v.error.stage}:[/] {v.error.message}")
+        if v.error.stderr_tail.strip():
+            tail = "\n".join(v.error.stderr_tail.strip().splitlines()[-15:])
+            out.append(f"[dim]{tail}[/]")
+    return out
+
+
+def render_calibration(c: Calibration, min_gain: float) -> list:
+    if c.error is not None:
+        return [f"[magenta]calibration failed in {c.error.stage}:[/] {c.error.message}",
+                f"[dim]{c.error.stderr_tail.strip()[-2000:]}[/]"]
+    t = Table(title=f"calibration of {c.benchmark}.{c.metric} ({c.pairs} A/A pairs)")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("per-pair spread (sd of log ratio)", f"{c.per_pair_sd:.2%}")
+    t.add_row("observed A/A offset", f"{c.aa_gain:.2%}")
+    t.add_row(f"spread of the ratio at {c.max_pairs} pairs", f"{c.spread:.2%}")
+    t.add_row("noise margin", f"{c.noise_margin:.2%}")
+    t.add_row(f"smallest detectable gain ({c.max_pairs} pairs)", f"{c.min_detectable_gain:.2%}")
+    ok, msg = c.ok_for(min_gain)
+    out: list = [t, f"[{'green' if ok else 'red'}]{msg}[/]"]
+    out += [f"[yellow]warning:[/] {w}" for w in c.warnings]
+    return out
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+@contextmanager
+def progress_bar(console: Console, label: str) -> Iterator:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(label, total=None, info="")
+
+        def on_event(e: ProgressEvent) -> None:
+            info = f"{e.phase} {e.arm}".strip() + (f" · {e.pairs} pairs" if e.pairs else "")
+            bar.update(task, completed=e.run, total=max(e.total, e.run) or None, info=info)
+
+        yield on_event
+
+
+# ---- shared helpers --------------------------------------------------------------
+
+
+def _load_config_text(text: str | None, where: str) -> VerifyConfig:
+    if text is None:
+        raise _fail(f"no {CONFIG_PATH} at {where}: the repo config is read from the baseline only")
+    try:
+        return VerifyConfig.from_toml(text)
+    except ConfigError as e:
+        raise _fail(f"{CONFIG_PATH} at {where} is invalid:\n" + "\n".join(f"  - {x}" for x in e.errors))
+
+
+def _load_calibration(path: Path | None) -> Calibration | None:
+    if path is None:
+        return None
+    try:
+        return Calibration.model_validate_json(path.read_text())
+    except (OSError, ValueError) as e:
+        raise _fail(f"cannot read calibration {path}: {e}")
+
+
+def _write(path: Path | None, text: str) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        raise _fail(f"cannot write {path}: {e}")
+
+
+def _show(console: Console, items: list) -> None:
+    for item in items:
+        console.print(item)
+
+
+# ---- commands ------------------------------------------------------------------------
+
+
+@app.command()
+def verify(
+    base_ref: Annotated[str, typer.Argument(help="Baseline ref (Bk); the config is read from it.")],
+    cand_ref: Annotated[str, typer.Argument(help="Candidate ref.")],
+    repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path("."),
+    benchmark: Annotated[Optional[str], typer.Option("--benchmark", help="Benchmark (default: the objective's).")] = None,
+    b0: Annotated[Optional[str], typer.Option("--b0", help="B0 ref: guards are also checked against it.")] = None,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON verdict here.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="Calibration JSON (rsi calibrate --report).")] = None,
+) -> None:
+    """Judge CAND_REF against BASE_REF with the benchmark protocol."""
+    repo = repo.resolve()
+    try:
+        shas = {"bk": rev_parse(repo, base_ref), "candidate": rev_parse(repo, cand_ref)}
+        if b0:
+            shas["b0"] = rev_parse(repo, b0)
+    except GitError as e:
+        raise _fail(str(e))
+    config = _load_config_text(show_file(repo, shas["bk"], CONFIG_PATH), f"{base_ref} ({shas['bk'][:12]})")
+    cal = _load_calibration(calibration)
+    from .judge import verify as judge_verify
+
+    console = Console()
+    refs = {"bk": shas["bk"], "candidate": shas["candidate"], **({"b0": shas["b0"]} if b0 else {})}
+    try:
+        with worktrees(repo, refs) as trees, progress_bar(err_console, "verifying") as on_event:
+            verdict = judge_verify(trees["bk"], trees["candidate"], config, benchmark=benchmark,
+                                   b0=trees.get("b0"), shas=shas, calibration=cal, progress=on_event)
+    except GitError as e:
+        raise _fail(str(e))
+    _show(console, render_verdict(verdict))
+    _write(report, verdict.to_json(indent=2))
+    raise typer.Exit(exit_code(verdict))
+
+
+@app.command()
+def calibrate(
+    ref: Annotated[str, typer.Argument(help="The ref to measure against itself (A/A).")],
+    repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path("."),
+    benchmark: Annotated[Optional[str], typer.Option("--benchmark")] = None,
+    pairs: Annotated[Optional[int], typer.Option("--pairs", min=2, help="A/A pairs (default: [verifier] calibration_pairs).")] = None,
+    min_gain: Annotated[Optional[float], typer.Option("--min-gain", help="Check feasibility for this min_gain (default: the objective's).")] = None,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write the calibration JSON here.")] = None,
+) -> None:
+    """Measure the benchmark's noise with A/A pairs of REF."""
+    repo = repo.resolve()
+    try:
+        sha = rev_parse(repo, ref)
+    except GitError as e:
+        raise _fail(str(e))
+    config = _load_config_text(show_file(repo, sha, CONFIG_PATH), f"{ref} ({sha[:12]})")
+    try:
+        with worktrees(repo, {"ref": sha}) as trees, progress_bar(err_console, "calibrating") as on_event:
+            cal = run_calibration(trees["ref"], config, benchmark=benchmark, pairs=pairs, progress=on_event)
+    except GitError as e:
+        raise _fail(str(e))
+    raise typer.Exit(_finish_calibration(cal, config, min_gain, report, Console()))
+
+
+def _finish_calibration(cal: Calibration, config: VerifyConfig, min_gain: float | None, report: Path | None,
+                        console: Console) -> int:
+    mg = config.objective.min_gain if min_gain is None else min_gain
+    _show(console, render_calibration(cal, mg))
+    _write(report, cal.model_dump_json(indent=2))
+    if cal.error is not None:
+        return EXIT_INFRA
+    return EXIT_ACCEPT if cal.ok_for(mg)[0] else EXIT_OTHER
+
+
+def _parse_shas(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("bk", "b0", "candidate"):
+            raise _fail(f"--sha takes KEY=SHA with KEY in bk, b0, candidate; got {item!r}")
+        out[key] = value
+    return out
+
+
+@app.command("verify-dirs")
+def verify_dirs(
+    baseline_dir: Annotated[Path, typer.Argument(help="Checkout of the baseline (Bk).")],
+    candidate_dir: Annotated[Path, typer.Argument(help="Checkout of the candidate.")],
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="Config TOML (default: BASELINE_DIR/.rsi/config.toml).")] = None,
+    benchmark: Annotated[Optional[str], typer.Option("--benchmark")] = None,
+    b0: Annotated[Optional[Path], typer.Option("--b0", help="Checkout of B0.")] = None,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON verdict here (default: stdout).")] = None,
+    sha: Annotated[list[str], typer.Option("--sha", help="KEY=SHA recorded in the verdict (bk, b0, candidate).")] = [],  # noqa: B006
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="Calibration JSON.")] = None,
+    fingerprint: Annotated[Optional[Path], typer.Option("--fingerprint", help="Expected fingerprint JSON; refuse to run elsewhere.")] = None,
+) -> None:
+    """Judge two checkouts on disk; the verdict JSON goes to --report or stdout."""
+    cfg_path = config_file or baseline_dir / CONFIG_PATH
+    try:
+        text = cfg_path.read_text()
+    except OSError:
+        text = None
+    config = _load_config_text(text, str(cfg_path))
+    cal = _load_calibration(calibration)
+    fp = None
+    if fingerprint is not None:
+        try:
+            fp = Fingerprint.model_validate_json(fingerprint.read_text())
+        except (OSError, ValueError) as e:
+            raise _fail(f"cannot read fingerprint {fingerprint}: {e}")
+    from .judge import verify as judge_verify
+
+    with progress_bar(err_console, "verifying") as on_event:
+        verdict = judge_verify(baseline_dir.resolve(), candidate_dir.resolve(), config, benchmark=benchmark,
+                               b0=b0.resolve() if b0 else None, shas=_parse_shas(sha), calibration=cal,
+                               progress=on_event, fingerprint=fp)
+    _show(err_console, render_verdict(verdict))
+    text = verdict.to_json(indent=2)
+    if report is None:
+        sys.stdout.write(text + "\n")
+    else:
+        _write(report, text)
+    raise typer.Exit(exit_code(verdict))
+
+
+@app.command("calibrate-dir")
+def calibrate_dir(
+    ref_dir: Annotated[Path, typer.Argument(help="Checkout to measure against itself.")],
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="Config TOML (default: REF_DIR/.rsi/config.toml).")] = None,
+    benchmark: Annotated[Optional[str], typer.Option("--benchmark")] = None,
+    pairs: Annotated[Optional[int], typer.Option("--pairs", min=2)] = None,
+    min_gain: Annotated[Optional[float], typer.Option("--min-gain")] = None,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write the calibration JSON here (default: stdout).")] = None,
+) -> None:
+    """Calibrate a checkout on disk; the calibration JSON goes to --report or stdout."""
+    cfg_path = config_file or ref_dir / CONFIG_PATH
+    try:
+        text = cfg_path.read_text()
+    except OSError:
+        text = None
+    config = _load_config_text(text, str(cfg_path))
+    with progress_bar(err_console, "calibrating") as on_event:
+        cal = run_calibration(ref_dir.resolve(), config, benchmark=benchmark, pairs=pairs, progress=on_event)
+    code = _finish_calibration(cal, config, min_gain, report, err_console)
+    if report is None:
+        sys.stdout.write(cal.model_dump_json(indent=2) + "\n")
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+
+__all__ = ["app", "main", "render_verdict", "render_calibration", "exit_code"]

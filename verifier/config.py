@@ -1,0 +1,422 @@
+"""The verifier's part of the repo config (``.rsi/config.toml``).
+
+Sections read here: ``benchmarks``, ``objective``, ``guards``, ``quality``,
+``verifier``, ``hidden``. Every other section (knobs, policy, agent, runner...)
+belongs to the harness and is ignored. Errors are collected, not raised one at
+a time: ``ConfigError.errors`` lists every problem with a message saying what
+to change.
+
+Metrics a guard or the objective may name, per benchmark:
+
+* declared: ``[benchmarks.<name>.metrics]`` (the benchmark reports them);
+* measured by the verifier from outside: ``wall_s``, ``peak_rss_mib``,
+  ``startup_s`` (only with ``ready_pattern``), and ``device_peak_memory_mib``
+  (only when the benchmark reports it through ``verifier.probe``);
+* percentiles of sample series: for a series ``latency_s`` declared in
+  ``[benchmarks.<name>.samples]``, ``latency_p50_s``, ``latency_p95_s``,
+  ``latency_p99_s`` (pooled over runs, with bootstrap intervals).
+
+Default guards (added for metrics that exist and have no guard of their own):
+p99 latencies at most +5%, peak memory at most +2%, startup time at most +10%.
+"""
+
+from __future__ import annotations
+
+import re
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+Direction = Literal["higher", "lower"]
+
+OWN_SECTIONS = ("benchmarks", "objective", "guards", "quality", "verifier", "hidden")
+
+#: Metrics the verifier measures itself, with their better direction.
+MEASURED: dict[str, Direction] = {
+    "wall_s": "lower",
+    "peak_rss_mib": "lower",
+    "startup_s": "lower",
+    "device_peak_memory_mib": "lower",
+}
+PERCENTILES = (50, 95, 99)
+_UNIT_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_mib", "_mb", "_tokens")
+
+#: Default guards: (predicate on metric name, max_ratio, label).
+DEFAULT_MAX_RATIO = {"p99": 1.05, "memory": 1.02, "startup": 1.10}
+
+
+def percentile_name(series: str, q: int) -> str:
+    """``latency_s`` -> ``latency_p95_s``; ``tokens`` -> ``tokens_p95``."""
+    for suffix in _UNIT_SUFFIXES:
+        if series.endswith(suffix) and len(series) > len(suffix):
+            return f"{series[: -len(suffix)]}_p{q}{suffix}"
+    return f"{series}_p{q}"
+
+
+def default_bound(metric: str, direction: str) -> float | None:
+    """The default max_ratio for a metric, or None when no default applies."""
+    if direction != "lower":
+        return None
+    if re.search(r"(^|_)p99(_|$)", metric):
+        return DEFAULT_MAX_RATIO["p99"]
+    if metric in ("peak_rss_mib", "device_peak_memory_mib"):
+        return DEFAULT_MAX_RATIO["memory"]
+    if metric == "startup_s":
+        return DEFAULT_MAX_RATIO["startup"]
+    return None
+
+
+class ConfigError(ValueError):
+    """The config is unusable. ``errors`` holds one actionable message each."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("invalid .rsi/config.toml:\n" + "\n".join(f"  - {e}" for e in self.errors))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BenchmarkConfig(_Model):
+    """One benchmark: a shell command run in a checkout of the target repo."""
+
+    name: str
+    command: str
+    """Shell command, run with cwd = the checkout and ``RSI_RESULT`` set."""
+    setup: str | None = None
+    """Optional shell command run once per checkout before any run."""
+    timeout_s: float = Field(600.0, gt=0)
+    """Per-run timeout; the whole process group is killed when it passes."""
+    ready_pattern: str | None = None
+    """Regex; the time until it first appears on stdout is ``startup_s``."""
+    env: dict[str, str] = Field(default_factory=dict)
+    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Fixed settings, recorded in the verdict, exported as ``RSI_SETTING_<KEY>``."""
+    metrics: dict[str, Direction] = Field(default_factory=dict)
+    """Declared metrics and their better direction."""
+    samples: dict[str, Direction] = Field(default_factory=dict)
+    """Declared sample series (per-request values) and their better direction."""
+
+    @field_validator("ready_pattern")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"ready_pattern is not a valid regex: {e}") from None
+        return v
+
+    def measured(self) -> dict[str, Direction]:
+        out = {k: v for k, v in MEASURED.items() if k != "startup_s" or self.ready_pattern}
+        return out
+
+    def known_metrics(self) -> dict[str, Direction]:
+        """Every metric name a guard may use on this benchmark (before running)."""
+        out: dict[str, Direction] = dict(self.measured())
+        for series, d in self.samples.items():
+            for q in PERCENTILES:
+                out[percentile_name(series, q)] = d
+        out.update(self.metrics)
+        return out
+
+    def setting_env(self) -> dict[str, str]:
+        env = {}
+        for k, v in self.settings.items():
+            key = re.sub(r"[^A-Za-z0-9]", "_", k).upper()
+            env[f"RSI_SETTING_{key}"] = str(v).lower() if isinstance(v, bool) else str(v)
+        return env
+
+
+class Objective(_Model):
+    benchmark: str
+    metric: str
+    min_gain: float = Field(0.0, ge=0)
+    """Smallest improvement worth keeping (0.02 = 2% better)."""
+
+
+class Guard(_Model):
+    """A bound on how much worse a metric may get, candidate vs reference.
+
+    Exactly one of: ``max_ratio`` (candidate/reference <= x, for lower-is-better
+    metrics), ``min_ratio`` (>= x, for higher-is-better), ``max_delta``
+    (candidate - reference <= x) or ``min_delta`` (>= x).
+    """
+
+    metric: str
+    benchmark: str | None = None
+    max_ratio: float | None = Field(None, gt=0)
+    min_ratio: float | None = Field(None, gt=0)
+    max_delta: float | None = None
+    min_delta: float | None = None
+    required: bool = False
+    """Harness: a proposal may not drop or loosen this guard."""
+    default: bool = False
+    """Added by the verifier (not written in the config)."""
+
+    @property
+    def kind(self) -> Literal["ratio", "delta"]:
+        return "ratio" if self.max_ratio is not None or self.min_ratio is not None else "delta"
+
+    @property
+    def bound_text(self) -> str:
+        if self.max_ratio is not None:
+            return f"<= {self.max_ratio:g}x"
+        if self.min_ratio is not None:
+            return f">= {self.min_ratio:g}x"
+        if self.max_delta is not None:
+            return f"<= {self.max_delta:+g}"
+        return f">= {self.min_delta:+g}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric} {self.bound_text}"
+
+
+class QualityGuard(_Model):
+    """A check on what the benchmark outputs (``outputs`` in its result)."""
+
+    kind: Literal["wer", "output_length", "allclose"]
+    output: str
+    """Key in the result's ``outputs``."""
+    benchmark: str | None = None
+    reference: str | None = None
+    """wer: outputs key holding ground-truth texts; default: the reference arm's outputs."""
+    max: float | None = Field(None, ge=0)
+    """wer: bound on the candidate's corpus WER."""
+    max_delta: float | None = None
+    """wer: bound on WER(candidate) - WER(reference arm)."""
+    max_change: float = Field(0.02, ge=0)
+    """output_length: bound on |length ratio - 1| (0.02 = 2%)."""
+    dtype: str | None = None
+    """allclose: tolerance row to use (fp32, fp16, bf16); default: the arrays' dtype."""
+    rtol: float | None = Field(None, ge=0)
+    atol: float | None = Field(None, ge=0)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "wer":
+            return f"WER({self.output})"
+        if self.kind == "output_length":
+            return f"length({self.output}) within ±{self.max_change:.0%}"
+        return f"allclose({self.output})"
+
+
+class VerifierSettings(_Model):
+    warmup: int = Field(1, ge=0)
+    """Runs per arm at the start, discarded."""
+    initial_pairs: int = Field(10, ge=2)
+    step: int = Field(10, ge=2)
+    max_pairs: int = Field(30, ge=2)
+    seed: int = 0
+    calibration_pairs: int = Field(6, ge=2)
+    bootstrap: int = Field(10_000, ge=10_000)
+    """Bootstrap resamples (at least 10,000)."""
+    alpha: float = Field(0.01, gt=0, lt=0.5)
+    """Signed-rank test threshold for accepting."""
+    level: float = Field(0.95, gt=0.5, lt=1)
+    """Confidence level of the intervals."""
+    min_noise_margin: float = Field(0.01, ge=0)
+    default_guards: bool = True
+
+
+class Hidden(_Model):
+    env: dict[str, str] = Field(default_factory=dict)
+    """Set for verifier runs only."""
+    seed_env: str | None = None
+    """Runner env var whose value becomes ``RSI_SEED`` in verifier runs."""
+
+
+class VerifyConfig(_Model):
+    """What the verifier needs from the repo config. Embeddable in other models."""
+
+    benchmarks: dict[str, BenchmarkConfig]
+    objective: Objective
+    guards: tuple[Guard, ...] = ()
+    quality: tuple[QualityGuard, ...] = ()
+    verifier: VerifierSettings = Field(default_factory=VerifierSettings)
+    hidden: Hidden = Field(default_factory=Hidden)
+
+    # ---- constructors ------------------------------------------------
+    @classmethod
+    def from_toml(cls, text: str) -> "VerifyConfig":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError([f"not valid TOML: {e}"]) from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VerifyConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(["the config must be a table of sections"])
+        raw = {k: data[k] for k in OWN_SECTIONS if k in data}
+        errors: list[str] = []
+        if "benchmarks" not in raw:
+            errors.append("missing [benchmarks.<name>] section: declare at least one benchmark command")
+        if "objective" not in raw:
+            errors.append(
+                "missing [objective] section: set benchmark = \"<name>\", metric = \"<metric>\", min_gain = 0.02"
+            )
+        benchmarks = raw.get("benchmarks")
+        if isinstance(benchmarks, dict):
+            fixed = {}
+            for name, b in benchmarks.items():
+                if isinstance(b, dict):
+                    b = {**b, "name": name}
+                fixed[name] = b
+            raw["benchmarks"] = fixed
+        for key in ("guards", "quality"):
+            if key in raw and isinstance(raw[key], dict):
+                errors.append(f"'{key}' must be an array of tables: write [[{key}]], not [{key}]")
+        if errors:
+            raise ConfigError(errors)
+        try:
+            cfg = cls.model_validate(raw)
+        except ValidationError as e:
+            raise ConfigError([_pydantic_message(err) for err in e.errors()]) from None
+        cfg._check()
+        return cfg
+
+    # ---- semantic checks ---------------------------------------------
+    def _check(self) -> None:
+        errors: list[str] = []
+        names = ", ".join(sorted(self.benchmarks)) or "(none)"
+        if not self.benchmarks:
+            errors.append("[benchmarks] is empty: declare at least one benchmark command")
+        ob = self.objective
+        if ob.benchmark not in self.benchmarks:
+            errors.append(f"objective: unknown benchmark '{ob.benchmark}'; declared benchmarks: {names}")
+        else:
+            known = self.benchmarks[ob.benchmark].known_metrics()
+            if ob.metric not in known:
+                errors.append(
+                    f"objective: unknown metric '{ob.metric}'; benchmark '{ob.benchmark}' declares: "
+                    f"{_list(self.benchmarks[ob.benchmark])}"
+                )
+        for i, g in enumerate(self.guards):
+            where = f"guards[{i}]"
+            bounds = [b for b in (g.max_ratio, g.min_ratio, g.max_delta, g.min_delta) if b is not None]
+            if len(bounds) != 1:
+                errors.append(
+                    f"{where} ({g.metric}): give exactly one bound: max_ratio, min_ratio, max_delta or min_delta"
+                )
+            bench = g.benchmark or ob.benchmark
+            if bench not in self.benchmarks:
+                errors.append(f"{where}: unknown benchmark '{bench}'; declared benchmarks: {names}")
+                continue
+            known = self.benchmarks[bench].known_metrics()
+            if g.metric not in known:
+                errors.append(
+                    f"{where}: unknown metric '{g.metric}'; benchmark '{bench}' declares: "
+                    f"{_list(self.benchmarks[bench])}"
+                )
+                continue
+            d = known[g.metric]
+            if d == "higher" and g.max_ratio is not None:
+                errors.append(
+                    f"{where}: max_ratio on '{g.metric}' (higher is better) would cap a gain; "
+                    f"bound a loss with min_ratio = {1 / g.max_ratio:.3g}"
+                )
+            if d == "lower" and g.min_ratio is not None:
+                errors.append(
+                    f"{where}: min_ratio on '{g.metric}' (lower is better) would cap a gain; "
+                    f"bound a loss with max_ratio = {1 / g.min_ratio:.3g}"
+                )
+            if g.max_ratio is not None and g.max_ratio < 1:
+                errors.append(f"{where}: max_ratio = {g.max_ratio} < 1 would demand an improvement; use >= 1")
+            if g.min_ratio is not None and g.min_ratio > 1:
+                errors.append(f"{where}: min_ratio = {g.min_ratio} > 1 would demand an improvement; use <= 1")
+        for i, q in enumerate(self.quality):
+            where = f"quality[{i}] ({q.kind})"
+            bench = q.benchmark or ob.benchmark
+            if bench not in self.benchmarks:
+                errors.append(f"{where}: unknown benchmark '{bench}'; declared benchmarks: {names}")
+            if q.kind == "wer" and q.max is None and q.max_delta is None:
+                errors.append(f"{where}: give max (corpus WER bound) and/or max_delta (bound on the WER increase)")
+            if q.kind == "allclose" and q.dtype is not None and q.dtype not in TOLERANCES:
+                errors.append(f"{where}: unknown dtype '{q.dtype}'; known: {', '.join(TOLERANCES)}")
+        v = self.verifier
+        if v.max_pairs < v.initial_pairs:
+            errors.append(
+                f"verifier: max_pairs ({v.max_pairs}) is below initial_pairs ({v.initial_pairs}); raise max_pairs"
+            )
+        for k in self.hidden.env:
+            if k.startswith("RSI_"):
+                errors.append(f"hidden.env: '{k}' is reserved (RSI_* variables are set by the verifier)")
+        if errors:
+            raise ConfigError(errors)
+
+    # ---- queries -----------------------------------------------------
+    def benchmark(self, name: str | None = None) -> BenchmarkConfig:
+        name = name or self.objective.benchmark
+        try:
+            return self.benchmarks[name]
+        except KeyError:
+            raise ConfigError(
+                [f"unknown benchmark '{name}'; declared benchmarks: {', '.join(sorted(self.benchmarks))}"]
+            ) from None
+
+    def guards_for(self, benchmark: str, available: dict[str, Direction]) -> list[Guard]:
+        """User guards on ``benchmark`` plus defaults for metrics in ``available``
+        (metric -> direction, as actually observed) that have no guard of their own."""
+        own = [g for g in self.guards if (g.benchmark or self.objective.benchmark) == benchmark]
+        if not self.verifier.default_guards:
+            return own
+        guarded = {g.metric for g in own}
+        out = list(own)
+        for metric, d in sorted(available.items()):
+            if metric in guarded:
+                continue
+            if benchmark == self.objective.benchmark and metric == self.objective.metric:
+                continue
+            bound = default_bound(metric, d)
+            if bound is not None:
+                out.append(Guard(metric=metric, benchmark=benchmark, max_ratio=bound, default=True))
+        return out
+
+    def quality_for(self, benchmark: str) -> list[QualityGuard]:
+        return [q for q in self.quality if (q.benchmark or self.objective.benchmark) == benchmark]
+
+
+#: Tolerances for allclose, per dtype (the torch.testing defaults).
+TOLERANCES: dict[str, tuple[float, float]] = {
+    # dtype: (rtol, atol)
+    "fp64": (1e-7, 1e-7),
+    "fp32": (1.3e-6, 1e-5),
+    "fp16": (1e-3, 1e-5),
+    "bf16": (1.6e-2, 1e-5),
+}
+
+
+def _list(b: BenchmarkConfig) -> str:
+    declared = list(b.metrics)
+    derived = [percentile_name(s, q) for s in b.samples for q in PERCENTILES]
+    measured = list(b.measured())
+    parts = declared + [m for m in derived if m not in declared]
+    return ", ".join(parts) + (" (measured: " + ", ".join(measured) + ")" if measured else "")
+
+
+def _pydantic_message(err: dict) -> str:
+    loc = err.get("loc", ())
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += ("." if path else "") + str(part)
+    msg = err.get("msg", "invalid")
+    typ = err.get("type", "")
+    if typ == "missing":
+        return f"{path}: required field missing"
+    if typ == "extra_forbidden":
+        return f"{path}: unknown key (check its spelling; see docs/contracts.md for the config layout)"
+    if typ == "literal_error" and loc and loc[-2:-1] and loc[-2] in ("metrics", "samples"):
+        return f"{path}: direction must be \"higher\" or \"lower\", got {err.get('input')!r}"
+    return f"{path}: {msg} (got {err.get('input')!r})"

@@ -1,0 +1,247 @@
+"""Measurement sessions: arms run in randomized ABBA blocks, warm-ups discarded.
+
+A block over arms (X, Y[, Z]) runs a seeded random order and then its reverse
+(X Y Z Z Y X), giving two "pairs" (one run of every arm each) whose mean is
+free of linear drift. Any failed run stops the session with a ``RunError``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .config import BenchmarkConfig, Direction, PERCENTILES, VerifyConfig, percentile_name
+from .runner import RunRecord, run_once, run_setup
+from .verdict import RunError
+
+ARM_STAGE = {"bk": "baseline", "candidate": "candidate", "b0": "b0", "a": "calibration", "b": "calibration"}
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """What a progress callback receives."""
+
+    phase: str  # "setup" | "warmup" | "measure" | "guards" | "done"
+    run: int  # runs finished so far
+    total: int  # runs planned so far (grows when pairs are added)
+    arm: str = ""
+    pairs: int = 0
+    benchmark: str = ""
+    message: str = ""
+
+
+Progress = Callable[[ProgressEvent], None]
+
+
+def hidden_env(config: VerifyConfig) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(env to add, env names to drop) for verifier runs. Raises ValueError when
+    the hidden seed variable is missing on this runner."""
+    env = dict(config.hidden.env)
+    drop: tuple[str, ...] = ()
+    if config.hidden.seed_env:
+        name = config.hidden.seed_env
+        value = os.environ.get(name)
+        if value is None:
+            raise ValueError(
+                f"hidden.seed_env names {name}, but {name} is not set on this runner; "
+                f"set it in the verifier's environment (never in the agent's)"
+            )
+        env["RSI_SEED"] = value
+        drop = (name,)
+    return env, drop
+
+
+class Session:
+    """Runs of one benchmark over named arms (arm -> checkout directory)."""
+
+    def __init__(
+        self,
+        bench: BenchmarkConfig,
+        arms: dict[str, Path],
+        *,
+        seed: int,
+        extra_env: dict[str, str] | None = None,
+        drop_env: tuple[str, ...] = (),
+        progress: Progress | None = None,
+        on_run: Callable[[str, RunRecord, int], None] | None = None,
+        run_offset: int = 0,
+    ):
+        self.bench = bench
+        self.arms = dict(arms)
+        self.names = list(arms)
+        self.rng = np.random.default_rng(seed)
+        self.extra_env = extra_env or {}
+        self.drop_env = drop_env
+        self.progress = progress
+        self.on_run = on_run
+        self.records: dict[str, list[RunRecord]] = {a: [] for a in self.names}
+        self.runs = 0
+        self.run_offset = run_offset
+        self.planned = 0
+        self._tmp = Path(tempfile.mkdtemp(prefix="rsi-verify-"))
+
+    # ---- lifecycle ----------------------------------------------------
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pairs(self) -> int:
+        return min(len(v) for v in self.records.values())
+
+    def _emit(self, phase: str, arm: str = "", message: str = "") -> None:
+        if self.progress is None:
+            return
+        try:
+            self.progress(
+                ProgressEvent(phase, self.run_offset + self.runs, self.run_offset + self.planned, arm,
+                              self.pairs, self.bench.name, message)
+            )
+        except Exception:  # noqa: BLE001 - a broken progress bar never breaks a verdict
+            pass
+
+    def _fail(self, arm: str, rec: RunRecord, what: str) -> RunError:
+        stage = ARM_STAGE.get(arm, arm)
+        tail = rec.stderr_tail
+        if not tail.strip() and rec.stdout_tail.strip():
+            tail = "(stdout)\n" + rec.stdout_tail
+        return RunError(stage=stage, message=f"{what} of benchmark '{self.bench.name}' failed: {rec.error}",
+                        stderr_tail=tail[-4000:])
+
+    def _run(self, arm: str, phase: str) -> RunRecord:
+        rec = run_once(self.bench, self.arms[arm], extra_env=self.extra_env, drop_env=self.drop_env,
+                       workdir=self._tmp)
+        self.runs += 1
+        self._emit(phase, arm)
+        return rec
+
+    # ---- phases ---------------------------------------------------------
+    def setup(self) -> RunError | None:
+        done: set[Path] = set()
+        for arm in self.names:
+            path = Path(self.arms[arm]).resolve()
+            if path in done:
+                continue
+            done.add(path)
+            self._emit("setup", arm, f"setup in {path}")
+            cr = run_setup(self.bench, path, extra_env=self.extra_env, drop_env=self.drop_env)
+            if cr is None:
+                continue
+            if cr.error or cr.timed_out or cr.returncode != 0:
+                why = cr.error or ("timed out" if cr.timed_out else f"exited with status {cr.returncode}")
+                return RunError(stage=ARM_STAGE.get(arm, arm),
+                                message=f"setup of benchmark '{self.bench.name}' failed: {why}",
+                                stderr_tail=(cr.stderr_tail or cr.stdout_tail)[-4000:])
+        return None
+
+    def warmup(self, n: int) -> RunError | None:
+        self.planned += n * len(self.names)
+        for _ in range(n):
+            for i in self.rng.permutation(len(self.names)):
+                arm = self.names[i]
+                rec = self._run(arm, "warmup")
+                if not rec.ok:
+                    return self._fail(arm, rec, "warm-up run")
+        return None
+
+    def add_pairs(self, k: int) -> RunError | None:
+        """Add ``k`` pairs (ABBA blocks of two pairs; an odd k ends with half a block)."""
+        if k <= 0:
+            return None
+        self.planned += k * len(self.names)
+        left = k
+        while left > 0:
+            order = [self.names[i] for i in self.rng.permutation(len(self.names))]
+            halves = [order, order[::-1]] if left >= 2 else [order]
+            for half in halves:
+                for arm in half:
+                    index = len(self.records[arm])
+                    rec = self._run(arm, "measure")
+                    if not rec.ok:
+                        return self._fail(arm, rec, f"run {index + 1}")
+                    self.records[arm].append(rec)
+                    if self.on_run is not None:
+                        self.on_run(arm, rec, index)
+                left -= 1
+        return None
+
+    # ---- values -----------------------------------------------------------
+    def series_directions(self, config: BenchmarkConfig) -> dict[str, Direction]:
+        seen: dict[str, Direction] = {}
+        for recs in self.records.values():
+            for r in recs:
+                if r.result is not None:
+                    for s in r.result.samples:
+                        seen[s] = config.samples.get(s, "lower")
+        return seen
+
+    def directions(self) -> dict[str, Direction]:
+        """Every metric observed in every run of every arm, with its direction."""
+        out: dict[str, Direction] = {}
+        b = self.bench
+        for name in b.measured():
+            if name == "device_peak_memory_mib":
+                continue
+            out[name] = "lower"
+        for series, d in self.series_directions(b).items():
+            for q in PERCENTILES:
+                out[percentile_name(series, q)] = d
+        out.update(b.metrics)
+        if self._everywhere(lambda r: r.result is not None and "device_peak_memory_mib" in r.result.metrics):
+            out["device_peak_memory_mib"] = "lower"
+        return {m: d for m, d in out.items() if self._everywhere(lambda r, m=m: _value(r, m, self) is not None)}
+
+    def _everywhere(self, pred) -> bool:
+        recs = [r for v in self.records.values() for r in v]
+        return bool(recs) and all(pred(r) for r in recs)
+
+    def values(self, arm: str, metric: str) -> np.ndarray:
+        return np.array([_value(r, metric, self) for r in self.records[arm]], dtype=float)
+
+    def percentile_source(self, metric: str) -> tuple[str, int] | None:
+        """(series, q) when ``metric`` is a percentile of a sample series."""
+        for series in self.series_directions(self.bench):
+            for q in PERCENTILES:
+                if percentile_name(series, q) == metric:
+                    return series, q
+        return None
+
+    def per_run(self, arm: str, series: str) -> list[np.ndarray]:
+        return [np.asarray(r.result.samples.get(series, ()), dtype=float)
+                for r in self.records[arm] if r.result is not None]
+
+    def pooled(self, arm: str, series: str) -> np.ndarray:
+        out: list[float] = []
+        for r in self.records[arm]:
+            if r.result is not None:
+                out.extend(r.result.samples.get(series, ()))
+        return np.array(out, dtype=float)
+
+
+def _value(rec: RunRecord, metric: str, session: Session) -> float | None:
+    measured = rec.measured()
+    if metric in measured:
+        return measured[metric]
+    res = rec.result
+    if res is None:
+        return None
+    if metric in res.metrics:
+        return res.metrics[metric]
+    src = session.percentile_source(metric)
+    if src is not None:
+        series, q = src
+        s = res.samples.get(series)
+        if s:
+            return float(np.percentile(np.asarray(s, dtype=float), q))
+    return None

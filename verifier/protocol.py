@@ -1,0 +1,144 @@
+"""The benchmark protocol: the JSON a benchmark writes to ``$RSI_RESULT``.
+
+```json
+{"metrics": {"throughput": 41.2, "latency_p95_s": 0.31},
+ "samples": {"latency_s": [0.21, 0.25, 0.30]},
+ "outputs": {"transcripts": ["the cat sat", "..."]},
+ "counts":  {"requests": 64, "failed": 0},
+ "meta":    {"anything": "free-form, recorded only"}}
+```
+
+``load_result`` validates strictly and raises ``ProtocolError`` with a message
+a benchmark author can act on. A missing or malformed result is an error,
+never a zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TOP_LEVEL = ("metrics", "samples", "outputs", "counts", "meta")
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+
+class ProtocolError(ValueError):
+    """The benchmark's result is missing or does not follow the protocol."""
+
+
+class BenchResult(BaseModel):
+    """One validated benchmark result (one run)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metrics: dict[str, float] = Field(default_factory=dict)
+    samples: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    counts: dict[str, int] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+    @classmethod
+    def parse(cls, data: Any, *, expected_metrics: Iterable[str] = ()) -> "BenchResult":
+        """Validate a decoded JSON document; raise ProtocolError on any violation."""
+        if not isinstance(data, dict):
+            raise ProtocolError(f"the result must be a JSON object, got {_jtype(data)}")
+        unknown = [k for k in data if k not in TOP_LEVEL]
+        if unknown:
+            raise ProtocolError(
+                f"unknown top-level key(s) {', '.join(map(repr, unknown))}; "
+                f"allowed: {', '.join(TOP_LEVEL)}"
+            )
+        metrics = _table(data, "metrics")
+        clean_metrics: dict[str, float] = {}
+        for k, v in metrics.items():
+            clean_metrics[k] = _number(v, f"metrics.{k}")
+        samples = _table(data, "samples")
+        clean_samples: dict[str, tuple[float, ...]] = {}
+        for k, v in samples.items():
+            if not isinstance(v, list):
+                raise ProtocolError(f"samples.{k} must be a list of numbers, got {_jtype(v)}")
+            if not v:
+                raise ProtocolError(f"samples.{k} is empty: report at least one value or leave the series out")
+            clean_samples[k] = tuple(_number(x, f"samples.{k}[{i}]") for i, x in enumerate(v))
+        outputs = _table(data, "outputs")
+        counts = _table(data, "counts")
+        clean_counts: dict[str, int] = {}
+        for k, v in counts.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != int(v) or v < 0:
+                raise ProtocolError(f"counts.{k} must be a non-negative integer, got {v!r}")
+            clean_counts[k] = int(v)
+        if "requests" in clean_counts and clean_counts.get("failed", 0) > clean_counts["requests"]:
+            raise ProtocolError(
+                f"counts.failed ({clean_counts['failed']}) exceeds counts.requests ({clean_counts['requests']})"
+            )
+        missing = [m for m in expected_metrics if m not in clean_metrics]
+        if missing:
+            have = ", ".join(sorted(clean_metrics)) or "none"
+            raise ProtocolError(
+                f"missing metric(s) {', '.join(map(repr, missing))} declared in .rsi/config.toml; "
+                f"the result reports: {have}"
+            )
+        meta = _table(data, "meta")
+        return cls(metrics=clean_metrics, samples=clean_samples, outputs=outputs, counts=clean_counts, meta=meta)
+
+
+def load_result(path: str | Path, *, expected_metrics: Iterable[str] = ()) -> BenchResult:
+    """Read and validate the result file a benchmark wrote."""
+    p = Path(path)
+    if not p.exists():
+        raise ProtocolError(
+            f"no result file: the benchmark did not write JSON to $RSI_RESULT ({p})"
+        )
+    size = p.stat().st_size
+    if size == 0:
+        raise ProtocolError(f"the result file is empty ({p}): write a JSON object to $RSI_RESULT")
+    if size > MAX_RESULT_BYTES:
+        raise ProtocolError(f"the result file is {size} bytes, over the {MAX_RESULT_BYTES} byte limit")
+    text = p.read_text(encoding="utf-8", errors="replace")
+    return parse_result(text, expected_metrics=expected_metrics)
+
+
+def parse_result(text: str, *, expected_metrics: Iterable[str] = ()) -> BenchResult:
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except ProtocolError:
+        raise
+    except json.JSONDecodeError as e:
+        snippet = text[max(0, e.pos - 20) : e.pos + 20].replace("\n", "\\n")
+        raise ProtocolError(f"the result is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} "
+                            f"(near {snippet!r})") from None
+    return BenchResult.parse(data, expected_metrics=expected_metrics)
+
+
+def _reject_constant(name: str):
+    raise ProtocolError(f"the result contains {name}: report finite numbers only (NaN/Infinity are not allowed)")
+
+
+def _table(data: dict, key: str) -> dict:
+    v = data.get(key, {})
+    if not isinstance(v, dict):
+        raise ProtocolError(f"'{key}' must be a JSON object, got {_jtype(v)}")
+    return v
+
+
+def _number(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProtocolError(f"{where} must be a number, got {_jtype(v)} {v!r:.40}")
+    f = float(v)
+    if not math.isfinite(f):
+        raise ProtocolError(f"{where} is {v}: report finite numbers only")
+    return f
+
+
+def _jtype(v: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(v), type(v).__name__
+    )
