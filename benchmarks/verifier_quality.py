@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verifier.calibrate import Calibration  # noqa: E402
-from verifier.stats import judge_objective, run_sequential  # noqa: E402
+from verifier.calibrate import Calibration
+from verifier.stats import judge_objective, run_sequential
 
 INITIAL, STEP, MAX_PAIRS = 10, 10, 30
 MIN_GAIN = 0.01

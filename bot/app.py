@@ -8,7 +8,10 @@ answers 202. Everything else happens in workers (:mod:`bot.worker`), which
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
+import threading
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -51,6 +54,69 @@ class _StoreCollector:
         yield v
 
 
+class DeliveryBatcher:
+    """Group commit: concurrent deliveries are stored by one writer thread in one
+    transaction, and each is answered only once its transaction committed."""
+
+    def __init__(self, store: Store, max_batch: int = 256):
+        self.store = store
+        self.max_batch = max_batch
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    async def submit(self, delivery_id: str, event: str, action: str | None,
+                     body: str) -> int | None:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="rsi-delivery-writer")
+                self.thread.start()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self.q.put(((delivery_id, event, action, body), fut, loop))
+        return await fut
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            self.q.put(None)
+            self.thread.join(10)
+
+    def _run(self) -> None:
+        while True:
+            first = self.q.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self.q.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                results = self.store.record_deliveries([item for item, _, _ in batch])
+            except Exception as exc:  # every waiter gets the error (-> 503)
+                log.exception("storing %d deliveries failed", len(batch))
+                for _, fut, loop in batch:
+                    loop.call_soon_threadsafe(_settle, fut, None, exc)
+                continue
+            for (_, fut, loop), result in zip(batch, results):
+                loop.call_soon_threadsafe(_settle, fut, result, None)
+
+
+def _settle(fut: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
 async def _read_capped(request: Request, cap: int) -> bytes | None:
     """The raw body, or None as soon as it exceeds ``cap`` bytes."""
     declared = request.headers.get("content-length")
@@ -79,6 +145,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     registry.register(_StoreCollector(store))
     secrets = [s.encode() for s in settings.webhook_secret]
     cap = settings.max_body_bytes
+    batcher = DeliveryBatcher(store)
 
     from contextlib import asynccontextmanager
 
@@ -91,6 +158,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
         finally:
             if pool is not None:
                 await run_in_threadpool(pool.stop)
+            await run_in_threadpool(batcher.stop)
 
     app = FastAPI(title="rsi-bot", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
@@ -110,8 +178,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
             deliveries.labels("?", "unauthorized" if e.status == 401 else "refused").inc()
             return JSONResponse({"error": e.message}, status_code=e.status)
         try:
-            job_id = await run_in_threadpool(store.record_delivery, ev.delivery_id, ev.name,
-                                             ev.action, ev.payload)
+            job_id = await batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body)
         except Exception:
             log.exception("could not store delivery %s", ev.delivery_id)
             deliveries.labels(ev.name, "store_error").inc()

@@ -63,7 +63,11 @@ class Delivery(Base):
     event: Mapped[str] = mapped_column(String(100))
     action: Mapped[str | None] = mapped_column(String(100), nullable=True)
     received_at: Mapped[float] = mapped_column(Float)
-    payload: Mapped[Any] = mapped_column(JSON)
+    body: Mapped[str] = mapped_column(Text)  # the payload's JSON text, as GitHub sent it
+
+    @property
+    def payload(self) -> dict:
+        return json.loads(self.body)
 
 
 class Job(Base):
@@ -176,6 +180,7 @@ class Store:
         if self.sqlite:
             self._sqlite_pragmas()
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._ins_delivery = self._ins_job = None
         # One writer at a time inside this process (SQLite allows one anyway;
         # waiting on a lock is cheaper than SQLite's busy-retry loop).
         self._wlock = threading.Lock() if self.sqlite else None
@@ -237,28 +242,52 @@ class Store:
 
     # -- deliveries -----------------------------------------------------------
     def record_delivery(self, delivery_id: str, event_name: str, action: str | None,
-                        payload: dict) -> int | None:
+                        payload: dict | str) -> int | None:
         """Claim a delivery and queue its event job, atomically.
 
         Returns the job id, or None when this delivery id was seen before.
+        ``payload`` may be the JSON text as received (stored as is).
         """
+        return self.record_deliveries([(delivery_id, event_name, action, payload)])[0]
+
+    def record_deliveries(self, items: list[tuple[str, str, str | None, dict | str]]
+                          ) -> list[int | None]:
+        """:meth:`record_delivery` for many deliveries in one transaction (group
+        commit: the web process batches concurrent deliveries)."""
+        if self._ins_delivery is None:
+            d = Delivery.__table__
+            self._ins_delivery = (self._insert(d).on_conflict_do_nothing(index_elements=["id"])
+                                  .returning(d.c.id))
         now = self.clock()
+        rows, first = [], set()
+        for delivery_id, event_name, action, payload in items:
+            if delivery_id in first:
+                continue  # the same id twice in one batch: the first one claims it
+            first.add(delivery_id)
+            rows.append({"id": delivery_id, "event": event_name, "action": action,
+                         "received_at": now,
+                         "body": payload if isinstance(payload, str) else json.dumps(payload)})
         with self.tx() as s:
-            ins = (
-                self._insert(Delivery)
-                .values(id=delivery_id, event=event_name, action=action,
-                        received_at=now, payload=payload)
-                .on_conflict_do_nothing(index_elements=["id"])
-                .returning(Delivery.id)
-            )
-            if s.execute(ins).scalar() is None:
-                return None
-            job = Job(kind="event", payload={"delivery_id": delivery_id}, state="queued",
-                      key=f"event:{delivery_id}", attempts=0, max_attempts=8,
-                      next_run_at=now, created_at=now, updated_at=now)
-            s.add(job)
-            s.flush()
-            return job.id
+            conn = s.connection()
+            claimed = set(conn.execute(self._ins_delivery, rows).scalars()) if len(rows) > 1 \
+                else {x for x in [conn.execute(self._ins_delivery, rows[0]).scalar()] if x}
+            if not claimed:
+                return [None] * len(items)
+            jobs = [{"kind": "event", "payload": {"delivery_id": d}, "state": "queued",
+                     "lane": None, "key": f"event:{d}", "attempts": 0, "max_attempts": 8,
+                     "next_run_at": now, "lease_owner": None, "lease_until": None,
+                     "created_at": now, "updated_at": now, "last_error": None, "result": None}
+                    for d in (r["id"] for r in rows) if d in claimed]
+            conn.execute(Job.__table__.insert(), jobs)
+            ids = dict(conn.execute(select(Job.key, Job.id).where(
+                Job.key.in_([j["key"] for j in jobs]))).all())
+        out: list[int | None] = []
+        seen: set[str] = set()
+        for delivery_id, *_ in items:
+            job_id = ids.get(f"event:{delivery_id}") if delivery_id not in seen else None
+            seen.add(delivery_id)
+            out.append(job_id if delivery_id in claimed else None)
+        return out
 
     def delivery(self, delivery_id: str) -> Delivery | None:
         with self.tx() as s:

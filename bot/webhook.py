@@ -39,6 +39,7 @@ class Event:
     action: str | None  # payload["action"], e.g. "labeled"
     delivery_id: str  # X-GitHub-Delivery
     payload: dict[str, Any] = field(repr=False)
+    body: str = field(default="", repr=False, compare=False)  # the payload's JSON text
 
     @property
     def key(self) -> str:
@@ -127,4 +128,5 @@ def parse(
         action=action if isinstance(action, str) else None,
         delivery_id=delivery.strip(),
         payload=payload,
+        body=text,
     )

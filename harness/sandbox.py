@@ -297,13 +297,14 @@ def run(
             log.debug("reload failed", exc_info=True)
         try:
             out = container.logs(stdout=True, stderr=True)
-            text = out.decode("utf-8", errors="replace")
+            full = out.decode("utf-8", errors="replace")
+            text = full
             if len(text) > max_output:
                 text = f"[... {len(text) - max_output} characters cut ...]\n" + text[-max_output:]
             result.output = text
             if streamer is not None:
                 streamer.join(timeout=5)
-                rest = text.split("\n")[sent[0]:]
+                rest = full.split("\n")[sent[0]:]
                 if rest and rest[-1] == "":
                     rest.pop()
                 for line in rest:

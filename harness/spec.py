@@ -128,6 +128,11 @@ class RunnerProfile(_Model):
     devices: list[str] = Field(default_factory=list)
     """cuda: GPU ids (empty = all); npu: davinci indices (empty = all present)."""
     env: dict[str, str] = Field(default_factory=dict)
+    writable_checkouts: bool = False
+    """Mount the checkouts read-write in verifier containers. Off by default:
+    the candidate's code runs in the same container as the baselines' and must
+    not be able to change their trees. Turn on only for benchmarks whose setup
+    builds in the tree."""
 
 
 class RunnerSettings(_Model):

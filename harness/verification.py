@@ -178,8 +178,9 @@ class SandboxVerifier:
             for f in root.iterdir():
                 os.chmod(f, 0o644)
             mounts = [*sandbox.python_mounts(), sandbox.Mount(source=str(root), target=str(root), read_only=False)]
+            ro = not spec.runner.active.writable_checkouts
             for d in dirs:
-                mounts.append(sandbox.Mount(source=str(d), target=str(d), read_only=False))
+                mounts.append(sandbox.Mount(source=str(d), target=str(d), read_only=ro))
             env: dict[str, str] = {}
             hidden = spec.hidden
             for value in hidden.env.values():

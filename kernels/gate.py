@@ -2,8 +2,8 @@
 float64 reference on fresh random inputs.
 
 For each trial the operator draws new random inputs shaped like the call
-(``Op.sample``; values are never zeros, and one trial uses a neighbouring
-shape), computes the reference in float64, runs the variant with its output
+(``Op.sample``; values are never zeros; trial 0 has the call's shape, the
+others a shorter sequence and its odd neighbour), computes the reference in float64, runs the variant with its output
 buffers pre-filled with NaN (see ``_alloc``), and checks: the same structure,
 shapes and dtypes as the reference's, no NaN or Inf, ``|out - ref| <= atol +
 rtol * |ref|`` with the tolerance of the dtype, and inputs left untouched.

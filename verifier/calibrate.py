@@ -71,7 +71,7 @@ class Calibration(BaseModel):
         floor: float = 0.01,
         fingerprint: Fingerprint | None = None,
         warnings: tuple[str, ...] = (),
-    ) -> "Calibration":
+    ) -> Calibration:
         d = np.asarray(d, dtype=float)
         if d.size < 2:
             raise ValueError("calibration needs at least 2 A/A pairs")
@@ -80,9 +80,9 @@ class Calibration(BaseModel):
         offset = abs(med)  # the median: one outlier run is not a bias
         bias = offset if offset > 3.0 * sd / math.sqrt(d.size) else 0.0
         if bias:
-            warnings = tuple(warnings) + (
-                f"A/A offset {math.expm1(offset):+.2%} exceeds its noise: the two positions of an ABBA "
-                f"block differ systematically (caching? thermal?); it is added to the noise margin",)
+            note = (f"A/A offset {math.expm1(offset):+.2%} exceeds its noise: the two positions of an ABBA "
+                    f"block differ systematically (caching? thermal?); it is added to the noise margin")
+            warnings = (*warnings, note)
         spread = sd / math.sqrt(max_pairs) + bias
         margin = max(floor, 2 * spread)
         return cls(

@@ -16,16 +16,19 @@ config, a benchmark that crashed: decision ``error``).
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .calibrate import Calibration, calibrate as run_calibration
+from .calibrate import Calibration
+from .calibrate import calibrate as run_calibration
 from .config import ConfigError, VerifyConfig
 from .git import GitError, rev_parse, show_file, worktrees
 from .measure import ProgressEvent
@@ -47,8 +50,8 @@ def exit_code(verdict: Verdict) -> int:
     return EXIT_OTHER
 
 
-def _fail(message: str) -> "typer.Exit":
-    err_console.print(f"[bold red]error:[/] {message}")
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(EXIT_INFRA)
 
 
@@ -61,18 +64,18 @@ _COLOR = {"accept": "green", "review": "yellow", "reject": "red", "inconclusive"
 def render_verdict(v: Verdict) -> list:
     out: list = []
     color = _COLOR.get(v.decision, "white")
-    out.append(f"[bold {color}]{v.decision.upper()}[/]  {v.reason}")
+    out.append(f"[bold {color}]{v.decision.upper()}[/]  {escape(v.reason)}")
     if v.objective is not None and v.objective.gain is not None:
         o = v.objective
         ci = o.gain_ci
-        out.append(
+        out.append(escape(
             f"objective {o.benchmark}.{o.metric} ({o.direction} is better): gain {o.gain:+.2%}"
             + (f" [{ci.low:+.2%}, {ci.high:+.2%}]" if ci else "")
             + (f", p={o.p_value:.2g}" if o.p_value is not None else "")
             + f", min_gain {o.min_gain:.1%}, noise margin {o.noise_margin:.1%}"
             + (f", vs B0 {o.gain_vs_b0:+.2%}" if o.gain_vs_b0 is not None else "")
             + f"; {v.pairs} pairs, {v.runs} runs"
-        )
+        ))
     if v.metrics:
         t = Table(title="metrics (median over runs; percentiles pooled)", show_lines=False)
         has_b0 = any(m.b0 is not None for m in v.metrics)
@@ -103,24 +106,24 @@ def render_verdict(v: Verdict) -> list:
             t.add_column(col)
         for g in v.guards:
             c = _COLOR.get(g.status, "white")
-            t.add_row(g.name, g.against, f"[{c}]{g.status}[/]", g.detail)
+            t.add_row(escape(g.name), g.against, f"[{c}]{g.status}[/]", escape(g.detail))
         out.append(t)
     for line in v.tradeoffs:
-        out.append(f"tradeoff: {line}")
+        out.append(f"tradeoff: {escape(line)}")
     for line in v.warnings:
-        out.append(f"[yellow]warning:[/] {line}")
+        out.append(f"[yellow]warning:[/] {escape(line)}")
     if v.error is not None:
-        out.append(f"[magenta]error in {v.error.stage}:[/] {v.error.message}")
+        out.append(f"[magenta]error in {v.error.stage}:[/] {escape(v.error.message)}")
         if v.error.stderr_tail.strip():
             tail = "\n".join(v.error.stderr_tail.strip().splitlines()[-15:])
-            out.append(f"[dim]{tail}[/]")
+            out.append(f"[dim]{escape(tail)}[/]")
     return out
 
 
 def render_calibration(c: Calibration, min_gain: float) -> list:
     if c.error is not None:
-        return [f"[magenta]calibration failed in {c.error.stage}:[/] {c.error.message}",
-                f"[dim]{c.error.stderr_tail.strip()[-2000:]}[/]"]
+        return [f"[magenta]calibration failed in {c.error.stage}:[/] {escape(c.error.message)}",
+                f"[dim]{escape(c.error.stderr_tail.strip()[-2000:])}[/]"]
     t = Table(title=f"calibration of {c.benchmark}.{c.metric} ({c.pairs} A/A pairs)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
@@ -130,8 +133,8 @@ def render_calibration(c: Calibration, min_gain: float) -> list:
     t.add_row("noise margin", f"{c.noise_margin:.2%}")
     t.add_row(f"smallest detectable gain ({c.max_pairs} pairs)", f"{c.min_detectable_gain:.2%}")
     ok, msg = c.ok_for(min_gain)
-    out: list = [t, f"[{'green' if ok else 'red'}]{msg}[/]"]
-    out += [f"[yellow]warning:[/] {w}" for w in c.warnings]
+    out: list = [t, f"[{'green' if ok else 'red'}]{escape(msg)}[/]"]
+    out += [f"[yellow]warning:[/] {escape(w)}" for w in c.warnings]
     return out
 
 
@@ -197,10 +200,10 @@ def verify(
     base_ref: Annotated[str, typer.Argument(help="Baseline ref (Bk); the config is read from it.")],
     cand_ref: Annotated[str, typer.Argument(help="Candidate ref.")],
     repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path("."),
-    benchmark: Annotated[Optional[str], typer.Option("--benchmark", help="Benchmark (default: the objective's).")] = None,
-    b0: Annotated[Optional[str], typer.Option("--b0", help="B0 ref: guards are also checked against it.")] = None,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON verdict here.")] = None,
-    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="Calibration JSON (rsi calibrate --report).")] = None,
+    benchmark: Annotated[str | None, typer.Option("--benchmark", help="Benchmark (default: the objective's).")] = None,
+    b0: Annotated[str | None, typer.Option("--b0", help="B0 ref: guards are also checked against it.")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON verdict here.")] = None,
+    calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration JSON (rsi calibrate --report).")] = None,
 ) -> None:
     """Judge CAND_REF against BASE_REF with the benchmark protocol."""
     repo = repo.resolve()
@@ -231,10 +234,10 @@ def verify(
 def calibrate(
     ref: Annotated[str, typer.Argument(help="The ref to measure against itself (A/A).")],
     repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path("."),
-    benchmark: Annotated[Optional[str], typer.Option("--benchmark")] = None,
-    pairs: Annotated[Optional[int], typer.Option("--pairs", min=2, help="A/A pairs (default: [verifier] calibration_pairs).")] = None,
-    min_gain: Annotated[Optional[float], typer.Option("--min-gain", help="Check feasibility for this min_gain (default: the objective's).")] = None,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write the calibration JSON here.")] = None,
+    benchmark: Annotated[str | None, typer.Option("--benchmark")] = None,
+    pairs: Annotated[int | None, typer.Option("--pairs", min=2, help="A/A pairs (default: [verifier] calibration_pairs).")] = None,
+    min_gain: Annotated[float | None, typer.Option("--min-gain", help="Check feasibility for this min_gain (default: the objective's).")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the calibration JSON here.")] = None,
 ) -> None:
     """Measure the benchmark's noise with A/A pairs of REF."""
     repo = repo.resolve()
@@ -275,13 +278,13 @@ def _parse_shas(items: list[str]) -> dict[str, str]:
 def verify_dirs(
     baseline_dir: Annotated[Path, typer.Argument(help="Checkout of the baseline (Bk).")],
     candidate_dir: Annotated[Path, typer.Argument(help="Checkout of the candidate.")],
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="Config TOML (default: BASELINE_DIR/.rsi/config.toml).")] = None,
-    benchmark: Annotated[Optional[str], typer.Option("--benchmark")] = None,
-    b0: Annotated[Optional[Path], typer.Option("--b0", help="Checkout of B0.")] = None,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON verdict here (default: stdout).")] = None,
+    config_file: Annotated[Path | None, typer.Option("--config", help="Config TOML (default: BASELINE_DIR/.rsi/config.toml).")] = None,
+    benchmark: Annotated[str | None, typer.Option("--benchmark")] = None,
+    b0: Annotated[Path | None, typer.Option("--b0", help="Checkout of B0.")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON verdict here (default: stdout).")] = None,
     sha: Annotated[list[str], typer.Option("--sha", help="KEY=SHA recorded in the verdict (bk, b0, candidate).")] = [],  # noqa: B006
-    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="Calibration JSON.")] = None,
-    fingerprint: Annotated[Optional[Path], typer.Option("--fingerprint", help="Expected fingerprint JSON; refuse to run elsewhere.")] = None,
+    calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration JSON.")] = None,
+    fingerprint: Annotated[Path | None, typer.Option("--fingerprint", help="Expected fingerprint JSON; refuse to run elsewhere.")] = None,
 ) -> None:
     """Judge two checkouts on disk; the verdict JSON goes to --report or stdout."""
     cfg_path = config_file or baseline_dir / CONFIG_PATH
@@ -315,11 +318,11 @@ def verify_dirs(
 @app.command("calibrate-dir")
 def calibrate_dir(
     ref_dir: Annotated[Path, typer.Argument(help="Checkout to measure against itself.")],
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="Config TOML (default: REF_DIR/.rsi/config.toml).")] = None,
-    benchmark: Annotated[Optional[str], typer.Option("--benchmark")] = None,
-    pairs: Annotated[Optional[int], typer.Option("--pairs", min=2)] = None,
-    min_gain: Annotated[Optional[float], typer.Option("--min-gain")] = None,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write the calibration JSON here (default: stdout).")] = None,
+    config_file: Annotated[Path | None, typer.Option("--config", help="Config TOML (default: REF_DIR/.rsi/config.toml).")] = None,
+    benchmark: Annotated[str | None, typer.Option("--benchmark")] = None,
+    pairs: Annotated[int | None, typer.Option("--pairs", min=2)] = None,
+    min_gain: Annotated[float | None, typer.Option("--min-gain")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the calibration JSON here (default: stdout).")] = None,
 ) -> None:
     """Calibrate a checkout on disk; the calibration JSON goes to --report or stdout."""
     cfg_path = config_file or ref_dir / CONFIG_PATH
@@ -344,4 +347,4 @@ if __name__ == "__main__":  # pragma: no cover
     main()
 
 
-__all__ = ["app", "main", "render_verdict", "render_calibration", "exit_code"]
+__all__ = ["app", "exit_code", "main", "render_calibration", "render_verdict"]

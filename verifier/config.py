@@ -22,6 +22,7 @@ p99 latencies at most +5%, peak memory at most +2%, startup time at most +10%.
 
 from __future__ import annotations
 
+import math
 import re
 
 try:
@@ -245,7 +246,7 @@ class VerifyConfig(_Model):
 
     # ---- constructors ------------------------------------------------
     @classmethod
-    def from_toml(cls, text: str) -> "VerifyConfig":
+    def from_toml(cls, text: str) -> VerifyConfig:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
@@ -253,7 +254,7 @@ class VerifyConfig(_Model):
         return cls.from_dict(data)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "VerifyConfig":
+    def from_dict(cls, data: dict[str, Any]) -> VerifyConfig:
         if not isinstance(data, dict):
             raise ConfigError(["the config must be a table of sections"])
         raw = {k: data[k] for k in OWN_SECTIONS if k in data}
@@ -346,6 +347,12 @@ class VerifyConfig(_Model):
         if v.max_pairs < v.initial_pairs:
             errors.append(
                 f"verifier: max_pairs ({v.max_pairs}) is below initial_pairs ({v.initial_pairs}); raise max_pairs"
+            )
+        need = math.ceil(math.log2(1 / v.alpha) + 1e-9)
+        if v.max_pairs < need:
+            errors.append(
+                f"verifier: max_pairs ({v.max_pairs}) is too few to ever accept: the signed-rank test needs "
+                f"at least {need} pairs to reach p < {v.alpha:g}"
             )
         for k in self.hidden.env:
             if k.startswith("RSI_"):

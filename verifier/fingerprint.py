@@ -130,7 +130,7 @@ def _ascend() -> dict:
     if m:
         info["driver"] = m.group(1)
     # chip rows look like "| 0     910B3               | OK            | ..."
-    chips = re.findall(r"^\|\s*\d+\s+(\w*\d\w*)\s+\|\s*(?:OK|Warning|Alarm|Critical)", out, re.M)
+    chips = re.findall(r"^\|\s*\d+\s+(\w*\d\w*)\s+\|\s*(?:OK|Warning|Alarm|Critical)", out, re.MULTILINE)
     if chips:
         info["accelerator"] = "Ascend" + " + ".join(sorted(set(chips)))
         info["accelerator_count"] = len(chips)

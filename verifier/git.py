@@ -6,8 +6,8 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 
 class GitError(RuntimeError):

@@ -51,9 +51,9 @@ from .runner import RunRecord
 from .stats import (
     Estimate,
     bootstrap_ci,
+    clustered_percentile_ci,
     judge_objective,
     log_ratios,
-    clustered_percentile_ci,
     sequential_schedule,
     value_warnings,
 )
@@ -67,7 +67,7 @@ from .verdict import (
     Verdict,
 )
 
-__all__ = ["verify", "ProgressEvent", "SUSPICIOUS_GAIN", "QUARANTINE_GAIN"]
+__all__ = ["QUARANTINE_GAIN", "SUSPICIOUS_GAIN", "ProgressEvent", "verify"]
 
 SUSPICIOUS_GAIN = 1.0  # gain above 2x (gain > 100%): review
 QUARANTINE_GAIN = 9.0  # above 10x: quarantined review
@@ -378,7 +378,8 @@ def _verify(
         direction = known.get(metric, "lower")
     min_gain = config.objective.min_gain
     warnings: list[str] = []
-    if calibration is not None and calibration.error is None:
+    use_cal = calibration is not None and calibration.error is None
+    if use_cal:
         margin = calibration.margin_at(v.max_pairs, v.min_noise_margin)
     else:
         margin = v.min_noise_margin
@@ -411,6 +412,8 @@ def _verify(
                         f"objective metric '{metric}' is missing or not positive in some runs: "
                         f"{[round(x, 6) for x in vals.tolist()]}")), runs=s.runs, pairs=s.pairs, **base)
             gains = log_ratios(c, r) * (1 if direction == "higher" else -1)
+            if use_cal:  # the A/A spread, refined by this verification's own pairs
+                margin = calibration.margin_with(gains, v.max_pairs, v.min_noise_margin)
             look = judge_objective(gains, min_gain=min_gain, noise_margin=margin,
                                    seed=_seed(v.seed, bench_name, metric, str(target)),
                                    n_boot=v.bootstrap, level=v.level, alpha=v.alpha)
@@ -461,7 +464,8 @@ def _verify(
                 if err is not None:
                     return _error(err, runs=runs, pairs=pairs, objective=objective, **base)
                 guard_results += oj.guards(os_)
-                metrics += [m for m in oj.metrics(os_) if _category(m.name)]
+                metrics += [m.model_copy(update={"name": f"{other_name}.{m.name}"})
+                            for m in oj.metrics(os_) if _category(m.name)]
                 warnings += oj.warnings
     warnings += judge.warnings
     if calibration is None:
@@ -494,6 +498,8 @@ def _decide(look, guards: list[GuardResult], pairs: int, max_pairs: int) -> tupl
     unclear = [g for g in guards if g.status == "unclear"]
     if failed:
         names = "; ".join(f"{g.name} vs {REF_LABEL.get(g.against, g.against)}: {g.detail}" for g in failed)
+        if look.decision == "reject":
+            return "reject", f"objective {look.reason}; guard failed too: {names}", False
         return "reject", f"guard failed: {names}", False
     if look.decision == "reject":
         return "reject", f"objective {look.reason}", False

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from .config import BenchmarkConfig, Direction, PERCENTILES, VerifyConfig, percentile_name
+from .config import PERCENTILES, BenchmarkConfig, Direction, VerifyConfig, percentile_name
 from .runner import RunRecord, run_once, run_setup
 from .verdict import RunError
 
@@ -90,7 +90,7 @@ class Session:
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:

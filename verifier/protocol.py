@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,7 +47,7 @@ class BenchResult(BaseModel):
         return self.counts.get("failed", 0)
 
     @classmethod
-    def parse(cls, data: Any, *, expected_metrics: Iterable[str] = ()) -> "BenchResult":
+    def parse(cls, data: Any, *, expected_metrics: Iterable[str] = ()) -> BenchResult:
         """Validate a decoded JSON document; raise ProtocolError on any violation."""
         if not isinstance(data, dict):
             raise ProtocolError(f"the result must be a JSON object, got {_jtype(data)}")

@@ -35,7 +35,7 @@ from .protocol import BenchResult, ProtocolError, load_result
 
 TAIL_CHARS = 4000
 POLL_S = 0.01
-_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|(^|_)API_?KEY|_KEY$|^AWS_|^GH_", re.I)
+_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|(^|_)API_?KEY|_KEY$|^AWS_|^GH_", re.IGNORECASE)
 
 
 @dataclass

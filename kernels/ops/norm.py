@@ -95,8 +95,8 @@ def _randn(shape, gen, dtype, device):
 def sample(args, gen, trial):
     x, weight, eps, residual = args
     shape = list(x.shape)
-    if trial == 2 and len(shape) >= 2:
-        shape[-2] += 1  # one more row
+    if trial >= 1 and len(shape) >= 2:  # fewer rows, then one more: cheap, odd
+        shape[-2] = min(shape[-2], 32) + (trial - 1)
     xs = _randn(shape, gen, x.dtype, x.device) * 2
     w = (1 + 0.25 * _randn(weight.shape, gen, torch.float32, "cpu")).to(weight.dtype).to(weight.device)
     r = None if residual is None else _randn(shape, gen, residual.dtype, residual.device)

@@ -82,7 +82,7 @@ def _flow(fake, repo, url, store, *, on_running=None):
     assert len(ours(fake, repo, n, render.STATUS)) == 1
 
     # /rsi rerun by a writer: done
-    before = len(fake.check_runs(repo, second.pull.head_sha, "rsi/verifier"))
+    before = len(fake.check_runs(repo, second.pull.head_sha, "rsi/verifier"))  # noqa
     wev = fake.comment(repo, second.number, "/rsi rerun", by="alice")
     send(url, wev)
     wait_until(lambda: len(fake.check_runs(repo, second.pull.head_sha, "rsi/verifier"))
@@ -96,11 +96,12 @@ def _flow(fake, repo, url, store, *, on_running=None):
                            for c in fake.comments(repo, second.number)), 30, what="refusal")
 
     # merge the first: rebaseline at the merge commit, the second re-verified on it
+    old_head = str(second.pull.head_sha)  # (fake records are live objects)
     send(url, fake.merge_pull(repo, first.number, by="alice"))
     merge_sha = fake.pull(repo, first.number).pull.merge_commit_sha
     wait_until(lambda: store.find_task(repo, n).bk_sha == merge_sha, 120, what="rebaseline")
     new_head = wait_until(lambda: (h := fake.pull(repo, second.number).pull.head_sha)
-                          != second.pull.head_sha and h, 120, what="rebased head")
+                          != old_head and h, 120, what="rebased head")
     wait_until(lambda: fake.check_runs(repo, new_head, "rsi/verifier"), 120,
                what="check run on the rebased head")
     (report,) = ours(fake, repo, second.number, render.REPORT)

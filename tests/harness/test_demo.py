@@ -111,25 +111,24 @@ def test_demo_runs_tuner_then_replay_and_writes_reports(tmp_path):
         "vocode each chunk in one call instead of one call per codec frame",
         "keep tensors between stages (no Python lists)",
         "speak 3 codec frames per word instead of 4",
-        "cap utterances at 24 codec frames to bound tail latency",
     ]
-    assert [c.status for c in res.candidates] == ["rolled_back"] * 2 + ["kept"] * 4 + ["rolled_back"] * 2
+    assert [c.status for c in res.candidates] == ["rolled_back"] * 2 + ["kept"] * 4 + ["rolled_back"]
     assert res.gain_ratio == pytest.approx(1.25 ** 4)
-    assert len(res.guard_rejections) == 2
+    assert len(res.guard_rejections) == 1
     assert all(res.targets.values())
 
     md = (tmp_path / "rsi-demo" / "report.md").read_text()
     assert md == res.report_md.read_text() and len(md) < 65_536
     assert "✅ **Accepted**" in md and "+144.1% vs B0 (2.44x)" in md
-    assert "<details><summary>Ledger (8 records) and fingerprint</summary>" in md
-    assert "```mermaid" in md and 'x-axis ["B0", "#1", "#2", "#3", "#4", "#5", "#6", "#7", "#8"]' in md
+    assert "<details><summary>Ledger (7 records) and fingerprint</summary>" in md
+    assert "```mermaid" in md and 'x-axis ["B0", "#1", "#2", "#3", "#4", "#5", "#6", "#7"]' in md
     html = (tmp_path / "rsi-demo" / "report.html").read_text()
     assert "<svg" in html and "<script" not in html
 
     assert "verified gain B0 → final Bk: 2.44x" in out
     assert "✓ a candidate rejected by a guard" in out
     assert "final Bk vs B0" in out
-    assert ("calibrate", str(tmp_path / "rsi-demo" / "state" / "worktrees" / "b0")) in backend.calls or backend.calls[0][0] == "calibrate"
+    assert backend.calls[0][0] == "calibrate" and [c[0] for c in backend.calls].count("verify") == 7
 
     # the target's history: B0 commit only on main; candidates on rsi/<task>/<n> branches; a ledger branch
     target = tmp_path / "rsi-demo" / "target"

@@ -55,3 +55,25 @@ def test_replay_with_real_verifier_in_containers(tmp_path: Path):
     assert any(e.kind == "progress" and e.data.get("phase") == "container" and e.candidate == 2 for e in events)
     v = recs[1].verdict
     assert v["fingerprint"]["cpu_count"] >= 1
+
+
+@pytest.mark.docker
+def test_candidate_cannot_touch_the_baselines_in_the_verifier_container(tmp_path: Path):
+    """A candidate whose benchmark code tries to slow the baseline down by
+    editing its tree: the baselines are mounted read-only, so it cannot."""
+    repo = make_target(tmp_path, python=sys.executable)
+    spec = load_task(repo, None, "evil")
+    from harness.verification import SandboxVerifier
+    from harness.workspace import Workspace
+
+    ws = Workspace(repo, tmp_path / "wts")
+    bk = ws.checkout("bk", "main", writable_by_others=True)
+    cand = ws.checkout("cand", "main", writable_by_others=True)
+    (cand / "app" / "core.py").write_text(
+        (cand / "app" / "core.py").read_text()
+        + f"\ntry:\n    open({str(bk / 'app' / 'settings.toml')!r}, 'w').write('delay_ms = 500\\n')\n"
+        "except OSError:\n    pass\n"
+    )
+    v = SandboxVerifier().verify(bk, cand, spec, b0=None, shas={}, calibration=None)
+    assert (bk / "app" / "settings.toml").read_text().startswith("# speed settings\ndelay_ms = 25")
+    assert v.decision != "accept", v.reason

@@ -1,0 +1,236 @@
+"""Webhook front-door load test: deliveries per second and acknowledgement latency.
+
+Starts ``rsi serve`` (uvicorn, one process, no workers: the front door alone)
+over a fresh SQLite database, then ``--senders`` concurrent keep-alive
+connections on loopback post signed real payloads (from
+../shared/fixtures/github-webhooks) for ``--duration`` seconds. A share of
+the posts are redeliveries of an id already sent. At the end the database is
+counted: every accepted delivery must be stored exactly once, and every
+redelivery must have been answered ``duplicate``.
+
+    python benchmarks/webhook_load.py                 # 64 senders, 30 s
+    python benchmarks/webhook_load.py --duration 10 --senders 32 --json
+
+Target: p99 acknowledgement latency under 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SECRET = "load-test-secret-0123"
+EVENTS = ["issues/labeled.payload.json", "issue_comment/created.payload.json",
+          "pull_request/closed.payload.json", "push/payload.json", "ping/payload.json",
+          "workflow_run/completed.payload.json", "check_run/completed.payload.json"]
+
+
+def _fixtures() -> list[tuple[str, bytes]]:
+    base = ROOT.parent / "shared" / "fixtures" / "github-webhooks"
+    out = []
+    for rel in EVENTS:
+        p = base / rel
+        if p.is_file():
+            out.append((rel.split("/")[0], p.read_bytes()))
+    if not out:
+        out.append(("ping", json.dumps({"zen": "Design for failure.", "hook_id": 1}).encode()))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _request(port: int, event: str, body: bytes, delivery: str) -> bytes:
+    from bot.webhook import sign
+
+    head = (f"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"X-GitHub-Event: {event}\r\nX-GitHub-Delivery: {delivery}\r\n"
+            f"X-Hub-Signature-256: {sign(body, SECRET)}\r\nUser-Agent: GitHub-Hookshot/load\r\n"
+            "\r\n")
+    return head.encode() + body
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionError("server closed the connection")
+    status = int(status_line.split()[1])
+    length = 0
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    body = await reader.readexactly(length) if length else b""
+    return status, body
+
+
+async def _sender(port: int, deadline: float, payloads, sent: list, lat: list, stats: dict,
+                  redeliver: float, rng: random.Random) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.perf_counter() < deadline:
+            event, body = payloads[rng.randrange(len(payloads))]
+            if sent and rng.random() < redeliver:
+                delivery, event, body = sent[rng.randrange(len(sent))]
+                kind = "redelivery"
+            else:
+                delivery = str(uuid.uuid4())
+                kind = "new"
+            t0 = time.perf_counter()
+            writer.write(_request(port, event, body, delivery))
+            await writer.drain()
+            status, resp = await _read_response(reader)
+            lat.append(time.perf_counter() - t0)
+            outcome = json.loads(resp).get("outcome") if status == 202 else f"http {status}"
+            stats[(kind, outcome)] = stats.get((kind, outcome), 0) + 1
+            if kind == "new" and outcome == "accepted":
+                sent.append((delivery, event, body))
+    finally:
+        writer.close()
+
+
+async def _load(port: int, senders: int, duration: float, redeliver: float, seed: int):
+    payloads = _fixtures()
+    sent: list = []
+    lat: list[float] = []
+    stats: dict = {}
+    rng = random.Random(seed)
+    deadline = time.perf_counter() + duration
+    t0 = time.perf_counter()
+    await asyncio.gather(*(_sender(port, deadline, payloads, sent, lat, stats, redeliver,
+                                   random.Random(rng.random())) for _ in range(senders)))
+    return time.perf_counter() - t0, sent, lat, stats
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    i = min(len(values) - 1, max(0, int(round(q * (len(values) - 1)))))
+    return values[i]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--senders", type=int, default=64)
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds of load")
+    ap.add_argument("--redeliver", type=float, default=0.05,
+                    help="share of posts that repeat an already-accepted delivery id")
+    ap.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="rsi-load-"))
+    db = args.database_url or f"sqlite:///{tmp}/bot.db"
+    port = _free_port()
+    env = {**os.environ, "RSI_WEBHOOK_SECRET": SECRET, "RSI_GITHUB_TOKEN": "unused",
+           "RSI_DATABASE_URL": db, "RSI_WORKERS": "0", "RSI_STATE_DIR": str(tmp / "state"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    log = open(tmp / "serve.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "bot.service_cli", "serve", "--port",
+                               str(port), "--workers", "0"], env=env, stdout=log,
+                              stderr=subprocess.STDOUT, cwd=str(ROOT))
+    try:
+        import httpx
+
+        deadline = time.time() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.time() > deadline:
+                print((tmp / "serve.log").read_text()[-3000:], file=sys.stderr)
+                return 2
+            time.sleep(0.1)
+        import psutil
+
+        proc = psutil.Process(server.pid)
+        cpu0 = sum(proc.cpu_times()[:2])
+        client0 = time.process_time()
+        elapsed, sent, lat, stats = asyncio.run(
+            _load(port, args.senders, args.duration, args.redeliver, args.seed))
+        server_cpu = sum(proc.cpu_times()[:2]) - cpu0
+        client_cpu = time.process_time() - client0
+        load1 = os.getloadavg()[0]
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+    from bot.store import Store
+
+    store = Store(db)
+    rows = store.count_deliveries()
+    jobs = sum(store.job_counts().values())
+    stored_ids = {row for row in _delivery_ids(store)}
+    sent_ids = [d for d, _, _ in sent]
+    accepted = stats.get(("new", "accepted"), 0)
+    duplicates_answered = stats.get(("redelivery", "duplicate"), 0)
+    errors = {f"{k}:{o}": n for (k, o), n in stats.items()
+              if not ((k == "new" and o == "accepted") or (k == "redelivery" and o == "duplicate"))}
+    result = {
+        "senders": args.senders, "duration_s": round(elapsed, 2), "requests": len(lat),
+        "deliveries_per_s": round(len(lat) / elapsed, 1),
+        "ack_p50_ms": round(_pct(lat, 0.50) * 1000, 2),
+        "ack_p99_ms": round(_pct(lat, 0.99) * 1000, 2),
+        "ack_max_ms": round(max(lat) * 1000, 2) if lat else None,
+        "ack_mean_ms": round(statistics.fmean(lat) * 1000, 2) if lat else None,
+        "accepted": accepted, "redeliveries_answered_duplicate": duplicates_answered,
+        "rows_deliveries": rows, "rows_jobs": jobs,
+        "lost": len(set(sent_ids) - stored_ids), "duplicated": rows - len(set(sent_ids)),
+        "unexpected_answers": errors,
+        "target_p99_ms": 50,
+        "server_cpu_ms_per_delivery": round(server_cpu / max(len(lat), 1) * 1000, 3),
+        "server_cpu_share": round(server_cpu / elapsed, 2),
+        "client_cpu_share": round(client_cpu / elapsed, 2),
+        "host_cpus": os.cpu_count(), "host_load_1min": round(load1, 2),
+    }
+    ok = (result["lost"] == 0 and result["duplicated"] == 0 and rows == accepted == jobs
+          and not errors)
+    result["nothing_lost_or_duplicated"] = ok
+    result["p99_under_target"] = result["ack_p99_ms"] < 50
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:34} {v}")
+    return 0 if ok else 1
+
+
+def _delivery_ids(store) -> list[str]:
+    from sqlalchemy import select
+
+    from bot.store import Delivery
+
+    with store.tx() as s:
+        return list(s.scalars(select(Delivery.id)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

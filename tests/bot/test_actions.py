@@ -1,0 +1,131 @@
+"""The ``actions`` executor: dispatch to the target's runner workflow, the
+runner's ``rsi worker --job`` side, and ingestion on workflow_run.completed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bot import render
+from bot.executors.remote import execute
+from harness.gitutil import git
+from tests.bot.fakeharness import FakeHarness, target_tree
+
+BOT = "rsi-bot[bot]"
+CALLER = """\
+name: rsi-job
+on:
+  workflow_dispatch:
+    inputs:
+      job: {required: true, type: string}
+      runner_labels: {required: true, type: string}
+jobs:
+  rsi:
+    uses: rsi-bot/rsi-bot/.github/workflows/rsi-job.yml@v1
+    with:
+      job: ${{ inputs.job }}
+      runner_labels: ${{ inputs.runner_labels }}
+"""
+
+
+@pytest.fixture
+def target(make_repo, fake_github, tmp_path):
+    tree = target_tree(tmp_path / "seed")
+    (tree / ".github" / "workflows").mkdir(parents=True)
+    (tree / ".github" / "workflows" / "rsi-job.yml").write_text(CALLER)
+    repo = make_repo(tree)
+    fake_github.set_role(repo, "alice", "write")
+    return repo
+
+
+def run_on_runner(fake_github, gh, repo, run, tmp_path, harness) -> dict:
+    """What the reusable workflow does: check out (with rsi/* branches), run
+    `rsi worker --job`, upload the result directory as the rsi-result artifact."""
+    job = json.loads(run.inputs["job"])
+    remote = gh.git_remote(repo)
+    work = tmp_path / f"runner-{run.id}"
+    git(tmp_path, "clone", "--quiet", remote.url, str(work), env=remote.git_env())
+    git(work, "fetch", "--quiet", "origin", "+refs/heads/rsi/*:refs/heads/rsi/*",
+        env=remote.git_env())
+    out = tmp_path / f"out-{run.id}"
+    result = execute(job, repo=work, out=out, state_dir=tmp_path / "runner-state",
+                     harness=harness)
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    return result, fake_github.complete_workflow_run(repo, run.id, artifacts={"rsi-result": files})
+
+
+def test_dispatch_run_ingest(make_bot, fake_github, gh, target, tmp_path):
+    bot = make_bot(FakeHarness(), executor="actions", runner_labels="self-hosted,npu")
+    runner_harness = FakeHarness()
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    (run,) = fake_github.workflow_runs(target)
+    assert run.workflow_file == "rsi-job.yml" and run.ref == "main"
+    assert json.loads(run.inputs["runner_labels"]) == ["self-hosted", "npu"]
+    job = json.loads(run.inputs["job"])
+    assert job["kind"] == "run_task" and job["issue"] == n and job["task_id"] == str(n)
+    assert "token" not in run.inputs["job"].lower()
+    assert fake_github.pulls(target) == []  # nothing until the runner reports back
+
+    result, wev = run_on_runner(fake_github, gh, target, run, tmp_path, runner_harness)
+    assert "error" not in result, result.get("traceback")
+    bot.deliver(wev)
+    pulls = sorted(fake_github.pulls(target), key=lambda p: p.number)
+    assert [p.pull.head_ref for p in pulls] == [f"rsi/{n}/1", f"rsi/{n}/2"]
+    for p in pulls:
+        assert fake_github.check_runs(target, p.pull.head_sha, "rsi/verifier")
+        assert any(render.marker(render.REPORT) in c.body
+                   for c in fake_github.comments(target, p.number))
+    assert bot.store.find_task(target, n).state == "finished"
+
+    # /rsi rerun: dispatched too, ingested the same way
+    bot.deliver(fake_github.comment(target, pulls[1].number, "/rsi rerun", by="alice"))
+    run2 = fake_github.workflow_runs(target)[-1]
+    assert json.loads(run2.inputs["job"])["kind"] == "reverify"
+    before = len(fake_github.check_runs(target, name="rsi/verifier"))
+    result, wev = run_on_runner(fake_github, gh, target, run2, tmp_path, runner_harness)
+    bot.deliver(wev)
+    assert len(fake_github.check_runs(target, name="rsi/verifier")) == before + 1
+
+    # merge: rebaseline dispatched; the runner rebases the other candidate
+    bot.deliver(fake_github.merge_pull(target, pulls[0].number, by="alice"))
+    run3 = fake_github.workflow_runs(target)[-1]
+    assert json.loads(run3.inputs["job"])["kind"] == "rebaseline"
+    old = str(pulls[1].pull.head_sha)
+    result, wev = run_on_runner(fake_github, gh, target, run3, tmp_path, runner_harness)
+    assert "error" not in result, result.get("traceback")
+    bot.deliver(wev)
+    new = fake_github.pull(target, pulls[1].number).pull.head_sha
+    assert new != old and fake_github.check_runs(target, new, "rsi/verifier")
+    assert not bot.store.jobs(state="failed")
+
+
+def test_runner_failure_is_infrastructure(make_bot, fake_github, gh, target, tmp_path):
+    bot = make_bot(FakeHarness(), executor="actions")
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    (run,) = fake_github.workflow_runs(target)
+
+    class Broken(FakeHarness):
+        def run_task(self, *a, **kw):
+            raise RuntimeError("NPU driver not loaded")
+
+    result, wev = run_on_runner(fake_github, gh, target, run, tmp_path, Broken())
+    assert "NPU driver not loaded" in result["error"]
+    d = bot.deliver(wev)
+    assert bot.result_of(d).startswith("runner error")
+    status = [c for c in fake_github.comments(target, n) if render.marker(render.STATUS) in c.body]
+    assert "infrastructure" in status[0].body
+    assert fake_github.pulls(target) == []
+
+
+def test_other_workflows_are_ignored(make_bot, fake_github, target):
+    from tests.bot._support import load_payload
+    from tests.fakegithub.server import WebhookEvent
+
+    bot = make_bot(FakeHarness(), executor="actions")
+    d = bot.deliver(WebhookEvent("workflow_run", load_payload("workflow_run", "completed")))
+    assert bot.result_of(d) == "ignored: not an rsi job run"

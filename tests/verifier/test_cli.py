@@ -1,0 +1,120 @@
+"""End to end: `python -m verifier` / `rsi verify` on a real git repo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from verifier.cli import app
+from verifier.verdict import Verdict
+
+from .conftest import CONFIG, git, make_checkout
+
+runner = CliRunner()
+
+
+def _verify(repo, *args, report=None):
+    argv = ["verify", *args, "--repo", str(repo)]
+    if report is not None:
+        argv += ["--report", str(report)]
+    return runner.invoke(app, argv)
+
+
+def test_faster_candidate_accepted(target_repo, tmp_path):
+    report = tmp_path / "v.json"
+    res = _verify(target_repo, "main", "fast", report=report)
+    v = Verdict.from_json(report.read_text())
+    assert res.exit_code == 0, res.output
+    assert v.decision == "accept", v.reason
+    assert "ACCEPT" in res.output and "guards" in res.output and "loop_cpu_s" in res.output
+    o = v.objective
+    assert o.direction == "lower" and 0.3 < o.gain < 1.0 and o.ratio_ci.high < 1 and o.p_value < 0.01
+    assert v.pairs == 8 and v.runs == 18  # 1 warm-up per arm + 8 pairs
+    assert v.shas["bk"] == git(target_repo, "rev-parse", "main")
+    assert v.shas["candidate"] == git(target_repo, "rev-parse", "fast")
+    assert v.fingerprint is not None and v.fingerprint.cpu_count >= 1
+    assert {m.name for m in v.metrics} >= {"loop_cpu_s", "wall_s", "peak_rss_mib", "latency_p99_s"}
+    assert any(g.kind == "failed_requests" and g.status == "pass" for g in v.guards)
+    assert any(t.startswith("Peak memory") for t in v.tradeoffs)
+    # worktrees are cleaned up
+    assert git(target_repo, "worktree", "list").count("\n") == 0
+
+
+def test_slower_candidate_rejected(target_repo):
+    res = _verify(target_repo, "main", "slow")
+    assert res.exit_code == 1, res.output
+    assert "REJECT" in res.output and "clearly worse" in res.output
+
+
+def test_identical_candidate_not_accepted(target_repo, tmp_path):
+    report = tmp_path / "v.json"
+    res = _verify(target_repo, "main", "same", report=report)
+    v = Verdict.from_json(report.read_text())
+    assert res.exit_code == 1 and v.decision in ("reject", "inconclusive"), v.reason
+    assert v.objective.gain_ci.low < 0.05  # no evidence of a gain worth keeping
+
+
+def test_config_comes_from_the_baseline_never_the_candidate(target_repo, tmp_path):
+    # "loose" is slower and rewrites the config to judge wall_s with loop_cpu_s "higher"
+    report = tmp_path / "v.json"
+    res = _verify(target_repo, "main", "loose", report=report)
+    v = Verdict.from_json(report.read_text())
+    assert res.exit_code == 1 and v.decision == "reject"
+    assert v.objective.metric == "loop_cpu_s" and v.objective.direction == "lower"
+
+
+def test_usage_and_infra_errors_exit_2(target_repo, tmp_path):
+    res = _verify(target_repo, "main", "no-such-branch")
+    assert res.exit_code == 2 and "unknown ref 'no-such-branch'" in res.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    git(empty, "init", "-q", "-b", "main")
+    (empty / "f").write_text("x")
+    git(empty, "add", "-A")
+    git(empty, "commit", "-qm", "x")
+    res = _verify(empty, "main", "main")
+    assert res.exit_code == 2 and "no .rsi/config.toml" in res.output
+    (empty / ".rsi").mkdir()
+    (empty / ".rsi" / "config.toml").write_text("[objective]\nbenchmark = 'x'\n")
+    git(empty, "add", "-A")
+    git(empty, "commit", "-qm", "bad config")
+    res = _verify(empty, "main", "main")
+    assert res.exit_code == 2 and "is invalid" in res.output and "missing [benchmarks" in res.output
+
+
+def test_calibrate_command(target_repo, tmp_path):
+    report = tmp_path / "cal.json"
+    res = runner.invoke(app, ["calibrate", "main", "--repo", str(target_repo), "--pairs", "4",
+                              "--min-gain", "0.5", "--report", str(report)])
+    assert res.exit_code == 0, res.output
+    cal = json.loads(report.read_text())
+    assert cal["pairs"] == 4 and cal["noise_margin"] >= 0.01 and cal["fingerprint"]["cpu_count"] >= 1
+    assert "smallest detectable gain" in res.output
+    res = runner.invoke(app, ["calibrate", "main", "--repo", str(target_repo), "--pairs", "3", "--min-gain", "0.001"])
+    assert res.exit_code == 1 and "too noisy for min_gain 0.10%" in res.output
+
+
+def test_verify_dirs_with_b0_as_a_subprocess(tmp_path):
+    """The harness runs `python -m verifier verify-dirs` inside a container."""
+    base = make_checkout(tmp_path / "base")
+    cand = make_checkout(tmp_path / "cand", mode="crash")
+    out = tmp_path / "v.json"
+    p = subprocess.run(
+        [sys.executable, "-m", "verifier", "verify-dirs", str(base), str(cand), "--b0", str(base),
+         "--sha", "bk=abc", "--report", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    v = Verdict.from_json(out.read_text())
+    assert v.decision == "error" and v.error.stage == "candidate" and v.shas == {"bk": "abc"}
+    res = runner.invoke(app, ["verify-dirs", str(base), str(base), "--config", str(tmp_path / "none.toml")])
+    assert res.exit_code == 2 and "no .rsi/config.toml" in res.output
+
+
+def test_commands_are_mountable():
+    names = {c.name or c.callback.__name__ for c in app.registered_commands}
+    assert {"verify", "calibrate", "verify-dirs", "calibrate-dir"} <= names
+    assert CONFIG  # the shared config parses in every test above

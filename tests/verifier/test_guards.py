@@ -1,0 +1,239 @@
+"""Guards: metric bounds vs Bk and B0, failed requests, WER, output length, allclose."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verifier.config import QualityGuard, VerifyConfig
+from verifier.judge import Evaluator, _decide
+from verifier.measure import Session
+from verifier.protocol import BenchResult
+from verifier.quality import (
+    allclose,
+    corpus_wer,
+    load_tensor,
+    normalize_text,
+    output_length,
+    snapshot,
+)
+from verifier.runner import RunRecord
+from verifier.stats import ObjectiveLook, bootstrap_ci
+
+CFG = """
+[benchmarks.tts]
+command = "true"
+[benchmarks.tts.metrics]
+throughput = "higher"
+latency_s_mean = "lower"
+[benchmarks.tts.samples]
+latency_s = "lower"
+[objective]
+benchmark = "tts"
+metric = "throughput"
+min_gain = 0.02
+[[guards]]
+metric = "latency_s_mean"
+max_ratio = 1.02
+"""
+
+
+def _session(arms: dict[str, dict], n: int = 12, seed: int = 0, cfg: str = CFG) -> tuple[Session, VerifyConfig]:
+    """A session filled with fabricated runs: arm -> {"lat": factor, "rss": MiB, "failed": k, "outputs": {}}."""
+    config = VerifyConfig.from_toml(cfg)
+    bench = config.benchmark()
+    s = Session(bench, {a: f"/nonexistent/{a}" for a in arms}, seed=seed)
+    rng = np.random.default_rng(seed)
+    for arm, spec in arms.items():
+        for i in range(n):
+            noise = float(np.exp(rng.normal(0, 0.002)))
+            lat = 0.1 * spec.get("lat", 1.0) * noise
+            s.records[arm].append(RunRecord(
+                ok=True, wall_s=1.0 * noise, peak_rss_mib=spec.get("rss", 100.0) * noise,
+                result=BenchResult(
+                    metrics={"throughput": 10 / lat, "latency_s_mean": lat},
+                    samples={"latency_s": tuple(lat * x for x in (0.8, 0.9, 1.0, 1.1, 1.2 * spec.get("tail", 1.0)))},
+                    outputs=spec.get("outputs", {}),
+                    counts={"requests": 5, "failed": spec.get("failed", 0) if i == 3 else 0},
+                ),
+            ))
+    return s, config
+
+
+def _by(results, metric, against="bk"):
+    return next(g for g in results if g.metric == metric and g.against == against)
+
+
+def test_b0_vs_bk_compounding_is_caught():
+    # B0 was 2% faster than Bk (Bk already lost 2%); the candidate loses 1% more.
+    s, cfg = _session({"b0": {"lat": 0.98}, "bk": {"lat": 1.0}, "candidate": {"lat": 1.01}})
+    with s:
+        ev = Evaluator(cfg, "tts", dict(s.arms))
+        res = ev.guards(s)
+    vs_bk, vs_b0 = _by(res, "latency_s_mean", "bk"), _by(res, "latency_s_mean", "b0")
+    assert vs_bk.status == "pass" and vs_bk.value == pytest.approx(1.01, abs=0.003)
+    assert vs_b0.status == "fail" and vs_b0.value == pytest.approx(1.01 / 0.98, abs=0.003)
+    decision, reason, _ = _decide(_accepting_look(), res, 12, 30)
+    assert decision == "reject" and "vs B0" in reason
+
+
+def _accepting_look(gain: float = 0.05) -> ObjectiveLook:
+    est = bootstrap_ci(np.full(10, np.log1p(gain)) + np.linspace(-1e-3, 1e-3, 10))
+    return ObjectiveLook(10, gain, gain - 0.01, gain + 0.01, est, 0.001, "accept", "gain ok")
+
+
+def test_default_guards_tail_latency_and_memory():
+    s, cfg = _session({"bk": {}, "candidate": {"rss": 110.0, "tail": 1.5}})
+    with s:
+        res = Evaluator(cfg, "tts", dict(s.arms)).guards(s)
+    rss = _by(res, "peak_rss_mib")
+    assert rss.status == "fail" and "[default]" in rss.name and rss.bound == "<= 1.02x"
+    p99 = _by(res, "latency_p99_s")
+    assert p99.status == "fail"
+    assert not any(g.metric == "latency_p50_s" for g in res)  # no default guard on medians
+
+
+def test_guard_straddling_its_bound_gives_review():
+    s, cfg = _session({"bk": {}, "candidate": {"lat": 1.02}}, n=6)
+    with s:
+        res = Evaluator(cfg, "tts", dict(s.arms)).guards(s)
+    g = _by(res, "latency_s_mean")
+    assert g.status == "unclear" and g.ci.low < 1.02 < g.ci.high
+    decision, reason, _ = _decide(_accepting_look(), res, 6, 6)
+    assert decision == "review" and "unclear" in reason
+
+
+def test_any_failed_request_rejects():
+    s, cfg = _session({"bk": {}, "candidate": {"failed": 1}})
+    with s:
+        res = Evaluator(cfg, "tts", dict(s.arms)).guards(s)
+    f = next(g for g in res if g.kind == "failed_requests")
+    assert f.status == "fail" and f.value == 1
+    assert _decide(_accepting_look(), res, 12, 30)[0] == "reject"
+
+
+def test_delta_guard():
+    cfg = CFG + '\n[[guards]]\nmetric = "wall_s"\nmax_delta = 0.5\n'
+    s, config = _session({"bk": {}, "candidate": {}}, cfg=cfg)
+    with s:
+        res = Evaluator(config, "tts", dict(s.arms)).guards(s)
+    g = _by(res, "wall_s")
+    assert g.kind == "delta" and g.status == "pass" and abs(g.value) < 0.01
+
+
+def test_suspicious_and_quarantined_gains():
+    assert _decide(_accepting_look(1.5), [], 10, 30)[0] == "review"
+    d, reason, q = _decide(_accepting_look(15.0), [], 10, 30)
+    assert d == "review" and q and "QUARANTINED" in reason
+    assert _decide(_accepting_look(0.05), [], 10, 30)[0] == "accept"
+
+
+# ---- WER ----------------------------------------------------------------------
+
+
+def test_wer_one_normalization_both_sides():
+    assert normalize_text("  The CAT, sat!  ") == "the cat sat"
+    assert corpus_wer(["The cat sat."], ["the cat sat"]) == 0.0
+    # corpus WER: total errors over total reference words
+    assert corpus_wer(["a b c d", "e f"], ["a b c x", "e f"]) == pytest.approx(1 / 6)
+    assert corpus_wer(["", "a b"], ["x", "a b"]) == pytest.approx(1 / 2)
+
+
+def _quality_eval(cfg_extra: str, cand_out: dict, ref_out: dict, tmp_path=None):
+    s, config = _session({"bk": {}, "candidate": {}}, n=3, cfg=CFG + cfg_extra)
+    with s:
+        ev = Evaluator(config, "tts", dict(s.arms))
+        guards = config.quality_for("tts")
+        bases = [tmp_path] if tmp_path else []
+        ev.snaps = {"candidate": snapshot(cand_out, guards, bases), "bk": snapshot(ref_out, guards, bases)}
+        return [g for g in ev.guards(s) if g.kind in ("wer", "output_length", "allclose")]
+
+
+def test_wer_guard_against_reference_arm_and_ground_truth():
+    extra = '\n[[quality]]\nkind = "wer"\noutput = "texts"\nmax = 0.1\n'
+    same = _quality_eval(extra, {"texts": ["Hello, world!"]}, {"texts": ["hello world"]})
+    assert same[0].status == "pass" and same[0].value == 0
+    bad = _quality_eval(extra, {"texts": ["hello word"]}, {"texts": ["hello world"]})
+    assert bad[0].status == "fail" and bad[0].value == pytest.approx(0.5)
+    extra_gt = '\n[[quality]]\nkind = "wer"\noutput = "texts"\nreference = "truth"\nmax_delta = 0.01\n'
+    truth = ["the cat sat on the mat", "a b c d e f g h i j"]
+    ref = {"texts": ["the cat sat on a mat", "a b c d e f g h i j"], "truth": truth}
+    worse = _quality_eval(extra_gt, {"texts": ["the cat sat on a hat", "a b c d e f g h i j"]}, ref)
+    assert worse[0].status == "fail" and "WER rose by" in worse[0].detail
+    equal = _quality_eval(extra_gt, {"texts": ["The cat sat on a mat.", "a b c d e f g h i j"]}, ref)
+    assert equal[0].status == "pass"
+    missing = _quality_eval(extra, {}, {"texts": ["x"]})
+    assert missing[0].status == "fail" and "no outputs.texts" in missing[0].detail
+
+
+def test_output_length_guard():
+    extra = '\n[[quality]]\nkind = "output_length"\noutput = "audio_s"\nmax_change = 0.02\n'
+    ok = _quality_eval(extra, {"audio_s": [1.0, 2.0, 3.01]}, {"audio_s": [1.0, 2.0, 3.0]})
+    assert ok[0].status == "pass"
+    short = _quality_eval(extra, {"audio_s": [1.0, 2.0, 2.0]}, {"audio_s": [1.0, 2.0, 3.0]})
+    assert short[0].status == "fail" and "-16.67%" in short[0].detail
+    assert output_length(["a b c", "d"]) == 4
+    assert output_length(3.5) == 3.5
+
+
+# ---- allclose -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dtype, rel_err, ok",
+    [
+        ("float32", 1e-7, True),
+        ("float32", 1e-4, False),
+        ("float16", 5e-4, True),
+        ("float16", 5e-3, False),
+    ],
+)
+def test_allclose_per_dtype(tmp_path, dtype, rel_err, ok):
+    rng = np.random.default_rng(0)
+    ref = (rng.normal(0, 1, 64) + 3).astype(dtype)
+    cand = (ref.astype(np.float64) * (1 + rel_err)).astype(dtype)
+    np.save(tmp_path / "ref.npy", ref)
+    np.save(tmp_path / "cand.npy", cand)
+    g = QualityGuard(kind="allclose", output="t")
+    res = allclose([load_tensor("cand.npy", tmp_path)], [load_tensor("ref.npy", tmp_path)], g)
+    assert res[0] is ok, res[2]
+
+
+def test_allclose_bf16_row_and_overrides():
+    ref = np.linspace(1, 2, 50)
+    cand = ref * (1 + 5e-3)
+    g = QualityGuard(kind="allclose", output="t", dtype="bf16")
+    assert allclose([(cand, "fp64")], [(ref, "fp64")], g)[0]  # bf16 tolerance: rtol 1.6e-2
+    assert not allclose([(cand, "fp64")], [(ref, "fp64")], QualityGuard(kind="allclose", output="t", dtype="fp32"))[0]
+    assert allclose([(cand, "fp64")], [(ref, "fp64")], QualityGuard(kind="allclose", output="t", rtol=1e-2))[0]
+
+
+def test_allclose_refuses_shape_dtype_and_nan_changes():
+    g = QualityGuard(kind="allclose", output="t")
+    a = np.ones(4, dtype=np.float32)
+    assert not allclose([(np.ones(5, dtype=np.float32), "fp32")], [(a, "fp32")], g)[0]
+    assert "dtype" in allclose([(a.astype(np.float16), "fp16")], [(a, "fp32")], g)[2]
+    nan = a.copy()
+    nan[0] = np.nan
+    assert not allclose([(nan, "fp32")], [(a, "fp32")], g)[0]
+
+
+def test_allclose_guard_reads_files_at_snapshot_time(tmp_path):
+    np.save(tmp_path / "out.npy", np.ones(8, dtype=np.float32))
+    extra = '\n[[quality]]\nkind = "allclose"\noutput = "logits"\n'
+    ok = _quality_eval(extra, {"logits": "out.npy"}, {"logits": "out.npy"}, tmp_path)
+    assert ok[0].status == "pass"
+    gone = _quality_eval(extra, {"logits": "missing.npy"}, {"logits": "out.npy"}, tmp_path)
+    assert gone[0].status == "fail" and "not found" in gone[0].detail
+
+
+@pytest.mark.torch
+def test_allclose_reads_torch_files(tmp_path):
+    import torch
+
+    t = torch.linspace(0, 1, 16, dtype=torch.bfloat16)
+    torch.save(t, tmp_path / "a.pt")
+    arr, name = load_tensor("a.pt", tmp_path)
+    assert name == "bf16" and arr.shape == (16,)
+    g = QualityGuard(kind="allclose", output="t")
+    assert allclose([(arr * (1 + 1e-3), name)], [(arr, name)], g)[0]

@@ -1,0 +1,191 @@
+"""Statistics on seeded synthetic samples."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from verifier.calibrate import Calibration
+from verifier.stats import (
+    bootstrap_ci,
+    clustered_percentile_ci,
+    judge_objective,
+    log_ratios,
+    percentile_ratio_ci,
+    robust_sd,
+    run_sequential,
+    sequential_schedule,
+    trimmed_mean,
+    value_warnings,
+    wilcoxon_p,
+)
+
+
+def test_log_ratios_and_trimmed_mean():
+    assert np.allclose(log_ratios([2.0, 1.0], [1.0, 1.0]), [math.log(2), 0])
+    with pytest.raises(ValueError):
+        log_ratios([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        log_ratios([0.0], [1.0])
+    x = np.array([1, 2, 3, 4, 100.0] * 2)
+    assert trimmed_mean(x, 0.2) == pytest.approx(np.mean([2, 2, 3, 3, 4, 4]))
+
+
+def test_bootstrap_is_seeded_and_covers():
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.03, 0.02, 20)
+    a = bootstrap_ci(x, seed=7)
+    b = bootstrap_ci(x, seed=7)
+    assert a == b
+    assert a.low < a.point < a.high
+    assert a.low < 0.03 < a.high
+    assert bootstrap_ci(x, seed=8) != a
+
+
+def test_bootstrap_coverage_near_nominal():
+    covered = 0
+    reps = 150
+    rng = np.random.default_rng(3)
+    for i in range(reps):
+        x = rng.normal(0.0, 1.0, 12)
+        e = bootstrap_ci(x, seed=i, n_boot=10_000)
+        covered += e.low < 0 < e.high
+    assert covered / reps >= 0.90
+
+
+def test_wilcoxon():
+    rng = np.random.default_rng(2)
+    assert wilcoxon_p(rng.normal(0.05, 0.01, 12)) < 0.001
+    assert wilcoxon_p(rng.normal(-0.05, 0.01, 12)) > 0.99
+    assert wilcoxon_p(np.zeros(10)) == 1.0
+    assert wilcoxon_p([0.1]) == 1.0
+
+
+def test_judge_objective_accepts_a_clear_gain():
+    g = np.random.default_rng(4).normal(math.log(1.10), 0.01, 10)
+    look = judge_objective(g, min_gain=0.02, noise_margin=0.01)
+    assert look.decision == "accept", look.reason
+    assert 0.08 < look.gain < 0.12 and look.gain_low > 0.01 and look.p_value < 0.01
+
+
+def test_judge_objective_rejects_worse_and_below_min_gain():
+    worse = np.random.default_rng(5).normal(math.log(0.9), 0.01, 10)
+    look = judge_objective(worse, min_gain=0.02, noise_margin=0.01)
+    assert look.decision == "reject" and "clearly worse" in look.reason
+    small = np.random.default_rng(6).normal(math.log(1.005), 0.002, 10)
+    look = judge_objective(small, min_gain=0.02, noise_margin=0.01)
+    assert look.decision == "reject" and "below min_gain" in look.reason
+
+
+def test_judge_objective_continues_when_unclear():
+    g = np.random.default_rng(7).normal(0.02, 0.05, 10)
+    look = judge_objective(g, min_gain=0.02, noise_margin=0.01)
+    assert look.decision == "continue"
+    assert "does not clear the noise margin" in look.reason
+
+
+def test_point_gain_must_reach_min_gain():
+    g = np.random.default_rng(8).normal(math.log(1.03), 0.001, 20)
+    assert judge_objective(g, min_gain=0.05, noise_margin=0.01).decision == "reject"
+    assert judge_objective(g, min_gain=0.02, noise_margin=0.01).decision == "accept"
+
+
+def test_sequential_design():
+    assert sequential_schedule(10, 10, 30) == [10, 20, 30]
+    assert sequential_schedule(10, 10, 25) == [10, 20, 25]
+    rng = np.random.default_rng(9)
+    asked = []
+
+    def draw(k):
+        asked.append(k)
+        return rng.normal(0.0, 0.03, k)
+
+    decision, look = run_sequential(draw, min_gain=0.0, noise_margin=0.01)
+    assert decision in ("inconclusive", "reject")
+    assert decision != "accept"
+    assert asked[0] == 10 and all(k == 10 for k in asked)
+
+
+def test_aa_false_accepts_are_rare():
+    accepts = 0
+    for i in range(60):
+        rng = np.random.default_rng(100 + i)
+        decision, _ = run_sequential(lambda k: rng.normal(0, 0.04, k), min_gain=0.01, noise_margin=0.01,
+                                     seed=i, n_boot=10_000)
+        accepts += decision == "accept"
+    assert accepts == 0
+
+
+def test_percentile_intervals():
+    rng = np.random.default_rng(10)
+    base = rng.lognormal(0, 0.2, 600)
+    slow = base * 1.2
+    est = percentile_ratio_ci(slow, base, 99, n_boot=2000)
+    assert math.exp(est.point) == pytest.approx(1.2, rel=1e-9)
+    same = percentile_ratio_ci(rng.lognormal(0, 0.2, 600), base, 95, n_boot=2000)
+    assert same.low < 0 < same.high
+    delta = percentile_ratio_ci(slow, base, 50, n_boot=2000, log=False)
+    assert delta.point > 0
+    runs_c = [rng.lognormal(0, 0.2, 20) for _ in range(10)]
+    runs_r = [rng.lognormal(0, 0.2, 20) for _ in range(10)]
+    cl = clustered_percentile_ci(runs_c, runs_r, 95, n_boot=1000)
+    assert cl.low < cl.point < cl.high
+    uneven = clustered_percentile_ci(runs_c[:5] + [rng.lognormal(0, 0.2, 7)], runs_r, 95, n_boot=300)
+    assert uneven.low < uneven.high
+
+
+def test_clustered_interval_is_wider_when_a_whole_run_is_slow():
+    rng = np.random.default_rng(11)
+    runs_r = [rng.lognormal(0, 0.05, 20) for _ in range(10)]
+    runs_c = [rng.lognormal(0, 0.05, 20) for _ in range(9)] + [rng.lognormal(0, 0.05, 20) * 3]
+    flat = percentile_ratio_ci(np.concatenate(runs_c), np.concatenate(runs_r), 99, n_boot=2000)
+    clustered = clustered_percentile_ci(runs_c, runs_r, 99, n_boot=2000)
+    assert flat.low > 0  # pooled requests alone would call it a clear regression
+    assert clustered.low < flat.low
+
+
+def test_value_warnings():
+    assert value_warnings("x", [1.0, 1.01, 0.99, 1.0, 1.0]) == []
+    noisy = value_warnings("x", np.random.default_rng(12).lognormal(0, 0.2, 20))
+    assert any("high run-to-run spread" in w for w in noisy)
+    two = value_warnings("x", [1.0, 1.01, 0.99, 1.0, 1.5, 1.51, 1.49, 1.5, 1.0, 1.5])
+    assert any("multimodal" in w for w in two)
+    far = value_warnings("x", [1.0] * 9 + [3.0])
+    assert any("far from the median" in w for w in far)
+
+
+def test_robust_sd_ignores_one_outlier():
+    rng = np.random.default_rng(13)
+    x = rng.normal(0, 0.03, 12)
+    y = x.copy()
+    y[0] = 0.6
+    assert robust_sd(x) == pytest.approx(np.std(x, ddof=1), rel=0.25)
+    assert robust_sd(y) < 0.1 < np.std(y, ddof=1)
+
+
+def test_calibration_margin_and_refusal():
+    rng = np.random.default_rng(14)
+    quiet = Calibration.from_log_ratios(rng.normal(0, 0.005, 6), max_pairs=30, benchmark="b", metric="m")
+    assert quiet.noise_margin == 0.01  # the 1% floor
+    assert quiet.ok_for(0.02)[0]
+    noisy = Calibration.from_log_ratios(rng.normal(0, 0.10, 6), max_pairs=30, benchmark="b", metric="m")
+    assert noisy.noise_margin > 0.02
+    ok, msg = noisy.ok_for(0.02)
+    assert not ok
+    assert "too noisy for min_gain 2.00%" in msg and "Raise min_gain to at least" in msg
+    assert "max_pairs" not in msg  # no pair budget would do: the message does not offer one
+    medium = Calibration.from_log_ratios(rng.normal(0, 0.05, 6), max_pairs=30, benchmark="b", metric="m")
+    ok, msg = medium.ok_for(0.02)
+    assert not ok and "raise [verifier] max_pairs to" in msg
+    assert noisy.min_detectable_gain > 0.05
+    # the verification's own pairs refine the spread
+    assert noisy.margin_with(rng.normal(0, 0.01, 30), 30) < noisy.margin_at(30)
+
+
+def test_calibration_with_bias_warns_and_widens():
+    d = np.full(6, 0.05) + np.random.default_rng(15).normal(0, 0.002, 6)
+    cal = Calibration.from_log_ratios(d, max_pairs=30)
+    assert cal.bias > 0.04 and cal.noise_margin > 0.09
+    assert any("offset" in w for w in cal.warnings)
