@@ -25,9 +25,19 @@ from .registry import REGISTRY, Key, Op, Variant
 __version__ = "0.1.0"
 
 __all__ = [
-    "rope", "rms_norm", "modulate", "layer_norm_modulate",
-    "SharedAdaLN", "adaln_chunks", "gated_residual",
-    "REGISTRY", "Key", "Op", "Variant", "variants", "reset",
+    "REGISTRY",
+    "Key",
+    "Op",
+    "SharedAdaLN",
+    "Variant",
+    "adaln_chunks",
+    "gated_residual",
+    "layer_norm_modulate",
+    "modulate",
+    "reset",
+    "rms_norm",
+    "rope",
+    "variants",
 ]
 
 

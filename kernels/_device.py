@@ -17,8 +17,8 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -28,14 +28,14 @@ def device_type(t: torch.Tensor) -> str:
     return t.device.type
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_npu():
     """The torch_npu module, or None when it is not installed or has no device."""
     if importlib.util.find_spec("torch_npu") is None:
         return None
     try:
         mod = importlib.import_module("torch_npu")
-    except Exception:  # a broken CANN install must not break kernels
+    except Exception:  # noqa: BLE001 - a broken CANN install must not break kernels
         return None
     return mod
 
@@ -51,7 +51,7 @@ def npu_available() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_available() -> str | None:
     """None when Triton kernels can run here (CUDA device and triton), else why not."""
     if not torch.cuda.is_available():
@@ -61,7 +61,7 @@ def triton_available() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_available() -> str | None:
     """None when torch.compile (inductor) can build kernels for CPU here."""
     if not hasattr(torch, "compile"):
@@ -98,7 +98,7 @@ def time_once(fn: Callable[[], object], device: str) -> float:
     return time.perf_counter() - t0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_hash() -> str:
     """A hash of the kernels sources: a cache entry written by other code is not trusted."""
     h = hashlib.sha256()
@@ -130,7 +130,7 @@ def fingerprint(device: str) -> str:
         parts += [f"torch_npu={getattr(mod, '__version__', '?')}"]
         try:
             parts.append(f"npu={torch.npu.get_device_name(torch.npu.current_device())}")  # type: ignore[attr-defined]
-        except Exception:
+        except Exception:  # noqa: BLE001 - a name is nice to have
             parts.append("npu=?")
     else:
         parts += [f"cpu={_cpu_model()}", f"threads={torch.get_num_threads()}"]

@@ -9,7 +9,7 @@ reads its slice: ``SharedAdaLN``. ``adaln_chunks`` is the per-block form.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

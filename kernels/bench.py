@@ -20,8 +20,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -138,7 +139,7 @@ def bench_case(case: Case, copy_bw: float, *, include_jit: bool, budget_s: float
             log(f"  {case.op} {v.name}: gate failed: {why}")
             continue
         with torch.no_grad():
-            med = tuner.measure(lambda: v.fn(*case.args), key.device, warmup=3, min_repeats=10,
+            med = tuner.measure(lambda v=v: v.fn(*case.args), key.device, warmup=3, min_repeats=10,
                                 max_repeats=200, budget_s=budget_s)
         if v is op.reference:
             ref_time = med
@@ -153,8 +154,8 @@ def bench_case(case: Case, copy_bw: float, *, include_jit: bool, budget_s: float
 
 
 def render(rows: list[dict[str, Any]], copy_bw: float, device: str) -> str:
-    lines = [f"device {device}: copy bandwidth {copy_bw / 1e9:.1f} GB/s "
-             f"({_device.fingerprint(device)})", ""]
+    head = f"device {device}: copy bandwidth {copy_bw / 1e9:.1f} GB/s ({_device.fingerprint(device)})"
+    lines = [head, ""]
     groups: dict[tuple, list] = {}
     for r in rows:
         groups.setdefault((r["op"], r["shape"], r["dtype"]), []).append(r)

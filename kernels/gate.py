@@ -51,8 +51,8 @@ def compare(out: Any, ref: Any, dtype: torch.dtype) -> str | None:
             return f"output {i}: shape {tuple(o.shape)}, expected {tuple(r.shape)}"
         if o.dtype != dtype:
             return f"output {i}: dtype {o.dtype}, expected {dtype}"
-        o64 = o.detach().to(device="cpu", dtype=torch.float64)
-        r64 = r.detach().to(device="cpu", dtype=torch.float64)
+        o64 = o.detach().to(torch.float64)  # compared on the output's device
+        r64 = r.detach().to(device=o.device, dtype=torch.float64)
         bad = ~torch.isfinite(o64)
         if bad.any():
             return f"output {i}: {int(bad.sum())} of {o64.numel()} elements are NaN/Inf (unwritten?)"
@@ -72,7 +72,7 @@ def _snapshot(args: tuple) -> list[tuple[int, torch.Tensor]]:
     return [(i, a.detach().clone()) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
 
 
-def check(op: "Op", variant: "Variant", args: tuple, *, trials: int = TRIALS, seed: int = 0) -> str | None:
+def check(op: Op, variant: Variant, args: tuple, *, trials: int = TRIALS, seed: int = 0) -> str | None:
     """Run the gate for one variant on inputs shaped like ``args``."""
     dtype = op.dtype_of(args)
     if dtype not in TOLERANCES:
@@ -91,7 +91,7 @@ def check(op: "Op", variant: "Variant", args: tuple, *, trials: int = TRIALS, se
         try:
             with _alloc.nan_filled(), torch.no_grad():
                 out = variant.fn(*sample)
-        except Exception as e:  # a raising variant fails the gate
+        except Exception as e:  # noqa: BLE001 - any exception fails the gate
             return f"raised {type(e).__name__}: {e}"
         why = compare(out, ref, dtype)
         if why is not None:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -174,7 +175,7 @@ class Registry:
     def choose(self, op_name: str, args: tuple) -> Variant:
         """The variant that serves this call."""
         op = self.ops[op_name]
-        return self._pick(op, op.make_key(args), args)[0]
+        return self._pick(op, op.make_key(args), args)
 
     # ---- dispatch -------------------------------------------------------
     def call(self, op_name: str, args: tuple) -> Any:
@@ -183,26 +184,26 @@ class Registry:
             return op.reference.fn(*args)
         key = op.make_key(args)
         while True:
-            variant, ranked = self._pick(op, key, args)
+            variant = self._pick(op, key, args)
             if variant is op.reference:
                 return variant.fn(*args)
             try:
                 return variant.fn(*args)
-            except Exception as e:  # a variant that raises is disabled for good
+            except Exception as e:  # noqa: BLE001 - a variant that raises is disabled for good
                 self._disable(op, key, variant, f"raised at call {op.describe(args)}: {type(e).__name__}: {e}")
                 with self._lock:
                     for k in [k for k in self._ranked if k[0] == key]:
                         self._ranked[k] = [v for v in self._ranked[k] if v is not variant]
 
-    def _pick(self, op: Op, key: Key, args: tuple) -> tuple[Variant, list[Variant]]:
+    def _pick(self, op: Op, key: Key, args: tuple) -> Variant:
         forced = self._forced(op)
         ranked = self._ranked.get((key, forced))
         if ranked is None:
             ranked = self._resolve(op, key, args, forced)
         for v in ranked:
             if v is op.reference or v.fits(args) is None:
-                return v, ranked
-        return op.reference, ranked
+                return v
+        return op.reference
 
     @staticmethod
     def _forced(op: Op) -> str | None:

@@ -20,13 +20,18 @@ from bot.executors.actions import JOB_SCHEMA, RESULT_SCHEMA
 from bot.harness_port import HarnessPort, RealHarness
 
 
+def _default(o: Any) -> Any:
+    if hasattr(o, "to_json"):  # Verdict: by alias ("schema")
+        return json.loads(o.to_json())
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json", by_alias=True)
+    return str(o)
+
+
 def _jsonable_event(ev: Any) -> dict[str, Any]:
     if hasattr(ev, "model_dump"):
-        d = ev.model_dump(mode="json", exclude={"verdict"})
-        v = getattr(ev, "verdict", None)
-        d["verdict"] = json.loads(v.to_json()) if v is not None and hasattr(v, "to_json") else v
-        return d
-    return json.loads(json.dumps(ev, default=str))
+        ev = {k: getattr(ev, k) for k in type(ev).model_fields}
+    return json.loads(json.dumps(ev, default=_default))
 
 
 def execute(job: dict[str, Any], *, repo: Path, out: Path, state_dir: Path,

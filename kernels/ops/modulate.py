@@ -69,7 +69,7 @@ def mod_addcmul(x, shift, scale):
     return torch.addcmul(shift, x, scale + 1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mod_compiled_fn():
     def f(x, shift, scale):
         return (x.float() * (1 + scale.float()) + shift.float()).to(x.dtype)
@@ -91,7 +91,7 @@ def mod_sample(args, gen, trial):
 
 
 def mod_describe(args):
-    x, shift, scale = args
+    x, shift, _scale = args
     return f"x{tuple(x.shape)} shift{tuple(shift.shape)} {x.dtype}"
 
 
@@ -119,7 +119,7 @@ def ln_ref64(x, shift, scale, eps):
 
 
 def affine_fits(args) -> str | None:
-    x, shift, scale, eps = args
+    x, shift, scale, _eps = args
     if _layout(x, shift, scale) != "shared":
         return "LayerNorm's affine needs one shift/scale vector per channel (batch 1 or shared)"
     return None
@@ -133,7 +133,7 @@ def ln_affine(x, shift, scale, eps):
     return F.layer_norm(x, (C,), weight=1 + scale.reshape(C), bias=shift.reshape(C), eps=eps)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ln_compiled_fn():
     def f(x, shift, scale, eps):
         h = F.layer_norm(x.float(), (x.shape[-1],), eps=eps)
@@ -147,7 +147,7 @@ def ln_compiled(x, shift, scale, eps):
 
 
 def ln_key(args):
-    x, shift, scale, eps = args
+    x, shift, scale, _eps = args
     return _layout(x, shift, scale), f"c{x.shape[-1]}-t{pow2_bucket(_rows(x))}"
 
 

@@ -56,7 +56,7 @@ def _has_rms_norm() -> str | None:
     return None if hasattr(F, "rms_norm") else "this torch has no torch.nn.functional.rms_norm"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_fn():
     return torch.compile(eager, dynamic=True)
 
@@ -66,7 +66,7 @@ def compiled(x, weight, eps, residual):
 
 
 def npu_fits(args) -> str | None:
-    x, weight, eps, residual = args
+    x, weight, _eps, _residual = args
     if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
         return "npu_rms_norm needs a 1-D weight over the last dimension"
     return None
@@ -81,7 +81,7 @@ def npu(x, weight, eps, residual):
 
 
 def key(args) -> tuple[str, str]:
-    x, weight, eps, residual = args
+    x, _weight, _eps, residual = args
     H = x.shape[-1]
     return ("residual" if residual is not None else "plain"), f"h{H}-t{pow2_bucket(x.numel() // max(1, H))}"
 
@@ -104,12 +104,12 @@ def sample(args, gen, trial):
 
 
 def describe(args) -> str:
-    x, weight, eps, residual = args
+    x, _weight, _eps, residual = args
     return f"x{tuple(x.shape)} {x.dtype}{' +residual' if residual is not None else ''}"
 
 
 def bytes_moved(args) -> int:
-    x, weight, eps, residual = args
+    x, weight, _eps, residual = args
     n = 2 * x.nbytes + weight.nbytes
     return n if residual is None else n + 2 * x.nbytes  # read residual, write the sum
 

@@ -169,7 +169,7 @@ def complex_mul(q, k, cos, sin, layout, interleaved):
 
 
 # ---- torch.compile --------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_fn():
     return torch.compile(realexpr, dynamic=True)
 
@@ -185,7 +185,7 @@ NPU_MAX_HEADS = 1000  # exclusive
 
 
 def npu_fits(args) -> str | None:
-    q, k, cos, sin, layout, interleaved = args
+    q, k, cos, _sin, layout, _interleaved = args
     D = q.shape[-1]
     if D % 2 or D >= NPU_MAX_HEAD_DIM:
         return f"npu_rotary_mul needs an even head size under {NPU_MAX_HEAD_DIM}, got {D}"
@@ -228,7 +228,7 @@ def triton(q, k, cos, sin, layout, interleaved):
 
 # ---- keys, inputs, registration ---------------------------------------------
 def key(args) -> tuple[str, str]:
-    q, k, cos, sin, layout, interleaved = args
+    q, k, _cos, _sin, layout, interleaved = args
     B = q.shape[0]
     S = _seq(q, layout)
     return _tag(layout, interleaved), (
@@ -260,7 +260,7 @@ SMALL_SEQ = 32
 
 
 def sample(args, gen: torch.Generator, trial: int):
-    q, k, cos, sin, layout, interleaved = args
+    q, k, _cos, _sin, layout, interleaved = args
     S = _seq(q, layout)
     if trial >= 1:  # shorter and neighbouring shapes: odd lengths, tails of blocks
         S = min(S, SMALL_SEQ) + (trial - 1)
@@ -275,7 +275,7 @@ def sample(args, gen: torch.Generator, trial: int):
 
 
 def describe(args) -> str:
-    q, k, cos, sin, layout, interleaved = args
+    q, k, _cos, _sin, layout, interleaved = args
     return f"q{tuple(q.shape)} k{tuple(k.shape)} {q.dtype} {_tag(layout, interleaved)}"
 
 

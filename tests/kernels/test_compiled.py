@@ -6,9 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels import _device, gate  # noqa: E402
-from kernels.registry import REGISTRY  # noqa: E402
-from kernels.ops import rope as R  # noqa: E402
+from kernels import _device, gate
+from kernels.ops import rope as R
+from kernels.registry import REGISTRY
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]  # inside inductor

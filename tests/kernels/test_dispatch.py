@@ -16,9 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import kernels  # noqa: E402
-from kernels import _device  # noqa: E402
-from kernels.ops import rope as R  # noqa: E402
+import kernels
+from kernels import _device
+from kernels.ops import rope as R
 
 pytestmark = pytest.mark.torch
 
@@ -258,5 +258,5 @@ print("ok")
     import os
     env = dict(os.environ, TRITON_INTERPRET="1")
     res = subprocess.run([sys.executable, "-c", code], cwd=str(_root()), env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]

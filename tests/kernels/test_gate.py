@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels import _alloc, gate, tuner  # noqa: E402
-from kernels.ops import rope as R  # noqa: E402
-from kernels.registry import REGISTRY, Registry, Variant  # noqa: E402
+from kernels import _alloc, gate, tuner
+from kernels.ops import rope as R
+from kernels.registry import REGISTRY, Registry, Variant
 
 pytestmark = pytest.mark.torch
 

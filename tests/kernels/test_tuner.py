@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import kernels  # noqa: E402
-from kernels import _device, gate, tuner  # noqa: E402
-from kernels.ops import rope as R  # noqa: E402
-from kernels.registry import REGISTRY  # noqa: E402
+import kernels
+from kernels import _device, gate, tuner
+from kernels.ops import rope as R
+from kernels.registry import REGISTRY
 
 pytestmark = pytest.mark.torch
 

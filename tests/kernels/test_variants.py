@@ -7,10 +7,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import kernels  # noqa: E402
-from kernels import gate  # noqa: E402
-from kernels.ops import rope as R  # noqa: E402
-from kernels.registry import REGISTRY  # noqa: E402
+import kernels
+from kernels import gate
+from kernels.ops import rope as R
+from kernels.registry import REGISTRY
 
 pytestmark = pytest.mark.torch
 
@@ -140,7 +140,7 @@ def test_rope_accepts_bnsd_interleaved_and_casts_tables():
     torch.manual_seed(1)
     q, k = torch.randn(1, 4, 6, 16, dtype=torch.bfloat16), torch.randn(1, 4, 6, 16, dtype=torch.bfloat16)
     cos, sin = R.tables(6, 16, True)  # fp32 tables with bf16 q: cast to q's dtype
-    oq, ok = kernels.rope(q, k, cos[None], sin[None], layout="BNSD", interleaved=True)
+    oq, _ok = kernels.rope(q, k, cos[None], sin[None], layout="BNSD", interleaved=True)
     assert oq.dtype == torch.bfloat16 and oq.shape == q.shape
     ref = R.ref64(q, k, cos.bfloat16(), sin.bfloat16(), "BNSD", True)
     torch.testing.assert_close(oq.double(), ref[0], atol=1e-2, rtol=1.6e-2)
@@ -160,7 +160,7 @@ def test_rope_rejects_bad_arguments():
 def test_autograd_and_compile_tracing_use_the_reference():
     q = torch.randn(1, 3, 2, 8, requires_grad=True)
     cos, sin = R.tables(3, 8, False)
-    oq, ok = kernels.rope(q, q, cos, sin)
+    oq, _ok = kernels.rope(q, q, cos, sin)
     oq.sum().backward()
     assert q.grad is not None
 
