@@ -92,13 +92,26 @@ def trial(seed: int, cv: float, gain: float) -> tuple[str, int, bool, float]:
         drawn.append(d)
         return d
 
-    decision, look = run_sequential(draw, min_gain=MIN_GAIN, noise_margin=margin_fn, initial=INITIAL, step=STEP,
-                                    max_pairs=MAX_PAIRS, seed=seed)
+    decision, look = run_sequential(
+        draw,
+        min_gain=MIN_GAIN,
+        noise_margin=margin_fn,
+        initial=INITIAL,
+        step=STEP,
+        max_pairs=MAX_PAIRS,
+        seed=seed,
+    )
     used = int(sum(d.size for d in drawn))
     # the fixed-n design: all MAX_PAIRS pairs, one look (same noise stream continued)
-    full = np.concatenate(drawn + ([sim.pairs(MAX_PAIRS - used)] if used < MAX_PAIRS else []))[:MAX_PAIRS]
-    fixed = judge_objective(full, min_gain=MIN_GAIN, noise_margin=cal.margin_with(full, MAX_PAIRS),
-                            seed=seed).decision == "accept"
+    full = np.concatenate(drawn + ([sim.pairs(MAX_PAIRS - used)] if used < MAX_PAIRS else []))[
+        :MAX_PAIRS
+    ]
+    fixed = (
+        judge_objective(
+            full, min_gain=MIN_GAIN, noise_margin=cal.margin_with(full, MAX_PAIRS), seed=seed
+        ).decision
+        == "accept"
+    )
     return decision, used, fixed, margins[-1]
 
 
@@ -107,23 +120,34 @@ def synthetic(trials_aa: int, trials: int) -> list[dict]:
     for cv in (0.01, 0.03, 0.05):
         for gain, n in ((0.0, trials_aa), (0.02, trials), (0.05, trials)):
             t0 = time.perf_counter()
-            res = [trial(10_000 * int(cv * 100) + int(gain * 1000) * 7919 + i, cv, gain) for i in range(n)]
+            res = [
+                trial(10_000 * int(cv * 100) + int(gain * 1000) * 7919 + i, cv, gain)
+                for i in range(n)
+            ]
             dec = [r[0] for r in res]
-            rows.append({
-                "cv": cv, "gain": gain, "trials": n,
-                "accept": dec.count("accept") / n,
-                "reject": dec.count("reject") / n,
-                "inconclusive": dec.count("inconclusive") / n,
-                "pairs": float(np.mean([r[1] for r in res])),
-                "fixed_accept": float(np.mean([r[2] for r in res])),
-                "margin": float(np.mean([r[3] for r in res])),
-                "secs": time.perf_counter() - t0,
-            })
-            print(f"  cv {cv:.0%} gain {gain:+.0%}: {rows[-1]['secs']:.1f}s", file=sys.stderr, flush=True)
+            rows.append(
+                {
+                    "cv": cv,
+                    "gain": gain,
+                    "trials": n,
+                    "accept": dec.count("accept") / n,
+                    "reject": dec.count("reject") / n,
+                    "inconclusive": dec.count("inconclusive") / n,
+                    "pairs": float(np.mean([r[1] for r in res])),
+                    "fixed_accept": float(np.mean([r[2] for r in res])),
+                    "margin": float(np.mean([r[3] for r in res])),
+                    "secs": time.perf_counter() - t0,
+                }
+            )
+            print(
+                f"  cv {cv:.0%} gain {gain:+.0%}: {rows[-1]['secs']:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
-BENCH = r'''
+BENCH = r"""
 import json, os, time
 n = int(open("work.txt").read())
 t = time.process_time()
@@ -132,7 +156,7 @@ for i in range(n):
     s += i * i
 el = time.process_time() - t
 json.dump({"metrics": {"loop_cpu_s": el}}, open(os.environ["RSI_RESULT"], "w"))
-'''
+"""
 
 
 def real(trials: int) -> list[dict]:
@@ -146,24 +170,44 @@ def real(trials: int) -> list[dict]:
             d.mkdir()
             (d / "bench.py").write_text(BENCH)
             (d / "work.txt").write_text(str(work))
-        cfg = VerifyConfig.from_dict({
-            "benchmarks": {"loop": {"command": f"{sys.executable} bench.py", "timeout_s": 60,
-                                    "metrics": {"loop_cpu_s": "lower"}}},
-            "objective": {"benchmark": "loop", "metric": "loop_cpu_s", "min_gain": 0.05},
-            "verifier": {"default_guards": False},
-        })
+        cfg = VerifyConfig.from_dict(
+            {
+                "benchmarks": {
+                    "loop": {
+                        "command": f"{sys.executable} bench.py",
+                        "timeout_s": 60,
+                        "metrics": {"loop_cpu_s": "lower"},
+                    }
+                },
+                "objective": {"benchmark": "loop", "metric": "loop_cpu_s", "min_gain": 0.05},
+                "verifier": {"default_guards": False},
+            }
+        )
         for label, cand in (("A/A", base), ("-15% work (true gain +17.6%)", fast)):
             decisions, pairs, gains, secs = [], [], [], []
             for i in range(trials):
-                cfg_i = cfg.model_copy(update={"verifier": cfg.verifier.model_copy(update={"seed": i})})
+                cfg_i = cfg.model_copy(
+                    update={"verifier": cfg.verifier.model_copy(update={"seed": i})}
+                )
                 t0 = time.perf_counter()
                 v = verify(base, cand, cfg_i)
                 secs.append(time.perf_counter() - t0)
                 decisions.append(v.decision)
                 pairs.append(v.pairs)
-                gains.append(v.objective.gain if v.objective and v.objective.gain is not None else float("nan"))
-            rows.append({"case": label, "decisions": decisions, "pairs": float(np.mean(pairs)),
-                         "gain": float(np.nanmean(gains)), "secs": float(np.mean(secs))})
+                gains.append(
+                    v.objective.gain
+                    if v.objective and v.objective.gain is not None
+                    else float("nan")
+                )
+            rows.append(
+                {
+                    "case": label,
+                    "decisions": decisions,
+                    "pairs": float(np.mean(pairs)),
+                    "gain": float(np.nanmean(gains)),
+                    "secs": float(np.mean(secs)),
+                }
+            )
             print(f"  real {label}: {decisions}", file=sys.stderr, flush=True)
     return rows
 
@@ -177,31 +221,50 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = synthetic(args.trials_aa, args.trials)
     print()
-    print(f"Synthetic: lognormal noise, drift +{DRIFT:.0%} over the sequence, {OUTLIER_P:.0%} outlier runs "
-          f"x{OUTLIER_LO}-{OUTLIER_HI}; ABBA; {CAL_PAIRS}-pair A/A calibration; min_gain {MIN_GAIN:.0%}; "
-          f"pairs {INITIAL}+{STEP}..{MAX_PAIRS}; 10,000 bootstrap resamples per look")
-    hdr = (f"{'CV':>4} {'true gain':>9} {'trials':>6} {'accept':>7} {'reject':>7} {'inconcl.':>8} "
-           f"{'mean pairs':>10} {'fixed-n pairs':>13} {'fixed-n accept':>14} {'margin':>7}")
+    print(
+        f"Synthetic: lognormal noise, drift +{DRIFT:.0%} over the sequence, {OUTLIER_P:.0%} "
+        "outlier runs "
+        f"x{OUTLIER_LO}-{OUTLIER_HI}; ABBA; {CAL_PAIRS}-pair A/A calibration; min_gain "
+        f"{MIN_GAIN:.0%}; "
+        f"pairs {INITIAL}+{STEP}..{MAX_PAIRS}; 10,000 bootstrap resamples per look"
+    )
+    hdr = (
+        f"{'CV':>4} {'true gain':>9} {'trials':>6} {'accept':>7} {'reject':>7} {'inconcl.':>8} "
+        f"{'mean pairs':>10} {'fixed-n pairs':>13} {'fixed-n accept':>14} {'margin':>7}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         what = "FALSE-ACCEPT" if r["gain"] == 0 else "power"
-        print(f"{r['cv']:>4.0%} {r['gain']:>+9.0%} {r['trials']:>6} {r['accept']:>7.1%} {r['reject']:>7.1%} "
-              f"{r['inconclusive']:>8.1%} {r['pairs']:>10.1f} {MAX_PAIRS:>13} {r['fixed_accept']:>14.1%} "
-              f"{r['margin']:>7.2%}  <- {what}")
+        print(
+            f"{r['cv']:>4.0%} {r['gain']:>+9.0%} {r['trials']:>6} {r['accept']:>7.1%} "
+            f"{r['reject']:>7.1%} "
+            f"{r['inconclusive']:>8.1%} {r['pairs']:>10.1f} {MAX_PAIRS:>13} "
+            f"{r['fixed_accept']:>14.1%} "
+            f"{r['margin']:>7.2%}  <- {what}"
+        )
     aa = [r for r in rows if r["gain"] == 0]
     p5 = next(r for r in rows if r["cv"] == 0.03 and r["gain"] == 0.05)
     print()
-    print(f"targets: A/A false accepts <= 1%: {'MET' if all(r['accept'] <= 0.01 for r in aa) else 'MISSED'} "
-          f"(max {max(r['accept'] for r in aa):.1%}); power for +5% at CV 3% >= 90%: "
-          f"{'MET' if p5['accept'] >= 0.90 else 'MISSED'} ({p5['accept']:.1%})")
+    print(
+        "targets: A/A false accepts <= 1%: "
+        f"{'MET' if all(r['accept'] <= 0.01 for r in aa) else 'MISSED'} "
+        f"(max {max(r['accept'] for r in aa):.1%}); power for +5% at CV 3% >= 90%: "
+        f"{'MET' if p5['accept'] >= 0.90 else 'MISSED'} ({p5['accept']:.1%})"
+    )
     if args.real:
         print()
         rr = real(args.real)
-        print("Real CPU workload (verifier.judge.verify, process-time loop, min_gain 5%, default pairs):")
+        print(
+            "Real CPU workload (verifier.judge.verify, process-time loop, min_gain 5%, "
+            "default pairs):"
+        )
         for r in rr:
-            print(f"  {r['case']:<30} decisions {', '.join(r['decisions'])}; mean gain {r['gain']:+.1%}; "
-                  f"mean pairs {r['pairs']:.0f}; {r['secs']:.1f}s per verification")
+            print(
+                f"  {r['case']:<30} decisions {', '.join(r['decisions'])}; mean gain "
+                f"{r['gain']:+.1%}; "
+                f"mean pairs {r['pairs']:.0f}; {r['secs']:.1f}s per verification"
+            )
     print(f"\n(total {time.perf_counter() - t0:.0f}s)")
 
 

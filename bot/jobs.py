@@ -80,7 +80,7 @@ def _verdict(c: Candidate) -> Verdict | None:
     return Verdict.model_validate(c.verdict) if c.verdict else None
 
 
-def _history(ctx: Context, task: Task) -> list[tuple[str, float]]:
+def _history(ctx: Context, task: Task) -> list[tuple[str, float, float | None]]:
     """The objective's value over rounds: B0, then each candidate."""
     points: list[tuple[str, float]] = []
     for c in ctx.store.candidates(task.id, generation=task.generation):
@@ -91,9 +91,9 @@ def _history(ctx: Context, task: Task) -> list[tuple[str, float]]:
         if m is None:
             continue
         if not points and m.b0 is not None:
-            points.append(("B0", m.b0))
+            points.append(("B0", m.b0, m.b0))
         if m.candidate is not None:
-            points.append((f"#{c.n}", m.candidate))
+            points.append((f"#{c.n}", m.candidate, m.bk))
     return points
 
 

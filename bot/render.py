@@ -167,34 +167,39 @@ def mermaid_history(history: Sequence[tuple[str, float]], metric: str) -> list[s
     """A Mermaid line chart of the objective over rounds."""
     if not history:
         return []
-    labels = ", ".join(f'"{str(k)[:12]}"' for k, _ in history)
-    values = ", ".join(_num(v) for _, v in history)
+    labels = ", ".join(f'"{str(p[0])[:12]}"' for p in history)
+    values = ", ".join(_num(p[1]) for p in history)
     return ["```mermaid", "xychart-beta", f'  title "{metric} over rounds"',
             f"  x-axis [{labels}]", f'  y-axis "{metric}"', f"  line [{values}]", "```", ""]
 
 
 def report_markdown(v: Verdict, *, history: Sequence[tuple[str, float]] = (),
-                    ledger: Sequence[Any] = ()) -> str:
-    """The verifier report, from harness.report when available."""
+                    ledger: Sequence[Any] = (), max_chars: int = COMMENT_LIMIT) -> str:
+    """The verifier report: ``harness.report.render_markdown_report`` (the same
+    report the demo writes), or this module's fallback when that is missing."""
     try:
-        from harness import report as harness_report  # lands with the harness
+        from harness.report import HistoryPoint, render_markdown_report
     except ImportError:
-        harness_report = None
-    render = getattr(harness_report, "render_report", None) if harness_report else None
-    if render is not None:
-        try:
-            return render(v, ledger=list(ledger), history=list(history))
-        except TypeError:
-            return render(v)
-    return _fallback_report(v, history=history, ledger=ledger)
+        return _fallback_report(v, history=history, ledger=ledger)
+    hist = None
+    if not ledger and history:
+        # (label, value) or (label, value, bk): Bk defaults to the previous step's
+        hist, bk = [], None
+        for point in history:
+            label, val = point[0], point[1]
+            bk = point[2] if len(point) > 2 and point[2] is not None else (bk or val)
+            hist.append(HistoryPoint(label=str(label), value=val, bk=bk))
+    return render_markdown_report(v, history=hist, ledger=list(ledger), max_chars=max_chars,
+                                  title="rsi/verifier report")
 
 
 def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[tuple[str, float]] = (),
                    ledger: Sequence[Any] = ()) -> str:
-    body = report_markdown(v, history=history, ledger=ledger)
-    if pr_note:
-        body = pr_note.rstrip() + "\n\n" + body
-    return with_marker(body, REPORT)
+    """The PR's sticky report comment: marker, an optional note, the report."""
+    note = pr_note.rstrip() + "\n\n" if pr_note else ""
+    room = COMMENT_LIMIT - len(marker(REPORT)) - len(note) - 64
+    return with_marker(note + report_markdown(v, history=history, ledger=ledger,
+                                              max_chars=room), REPORT)
 
 
 # --------------------------------------------------------------------- check run
@@ -204,7 +209,8 @@ def check_run(v: Verdict, *, note: str = "") -> dict[str, Any]:
     """Arguments for ``GitHubPort.create_check_run`` (name and head sha added by the caller)."""
     icon, word = DECISION_WORDS.get(v.decision, ("", v.decision))
     title = f"{word}: {v.reason}"[:200]
-    summary = (note.rstrip() + "\n\n" if note else "") + report_markdown(v)
+    note = note.rstrip() + "\n\n" if note else ""
+    summary = note + report_markdown(v, max_chars=CHECK_SUMMARY_LIMIT - len(note) - 64)
     return {"conclusion": CONCLUSIONS.get(v.decision, "neutral"), "title": title,
             "summary": truncate(summary, CHECK_SUMMARY_LIMIT)}
 

@@ -32,6 +32,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import (
     JSON,
+    Index,
     Boolean,
     Float,
     ForeignKey,
@@ -45,8 +46,11 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    text,
     update,
 )
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -72,6 +76,11 @@ class Delivery(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
+    # at most one running job per lane, enforced by the database (concurrent
+    # claimers on PostgreSQL cannot both take a job of the same lane)
+    __table_args__ = (Index("uq_jobs_running_lane", "lane", unique=True,
+                            postgresql_where=text("state = 'running' AND lane IS NOT NULL"),
+                            sqlite_where=text("state = 'running' AND lane IS NOT NULL")),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(50))
     payload: Mapped[Any] = mapped_column(JSON)
@@ -318,16 +327,18 @@ class Store:
     def claim(self, owner: str, *, lease_s: float = 60.0,
               kinds: Iterable[str] | None = None) -> ClaimedJob | None:
         """Take the next runnable job (queued and due, or running with an expired lease)."""
+        tries = 0
         while True:
             now = self.clock()
             claimable = or_(
                 and_(Job.state == "queued", Job.next_run_at <= now),
                 and_(Job.state == "running", Job.lease_until <= now),
             )
-            busy_lanes = select(Job.lane).where(
-                Job.state == "running", Job.lease_until > now, Job.lane.is_not(None))
+            other = aliased(Job)
+            lane_busy = select(other.id).where(
+                other.lane == Job.lane, other.state == "running", other.id != Job.id).exists()
             pick = (select(Job.id).where(claimable)
-                    .where(or_(Job.lane.is_(None), Job.lane.not_in(busy_lanes))))
+                    .where(or_(Job.lane.is_(None), ~lane_busy)))
             if kinds is not None:
                 pick = pick.where(Job.kind.in_(list(kinds)))
             pick = pick.order_by(Job.next_run_at, Job.id).limit(1)
@@ -343,10 +354,18 @@ class Store:
                            Job.lane)
                 .execution_options(synchronize_session=False)
             )
-            with self.tx() as s:
-                row = s.execute(stmt).first()
-                if row is None:
+            try:
+                with self.tx() as s:
+                    row = s.execute(stmt).first()
+            except IntegrityError:
+                # another worker took a job of the same lane at the same moment
+                if tries > 5:
                     return None
+                tries += 1
+                continue
+            if row is None:
+                return None
+            with self.tx() as s:
                 job_id, kind, payload, attempts, max_attempts, lane = row
                 if attempts > max_attempts:
                     # Crashed holders spent its attempts: give up on it loudly.

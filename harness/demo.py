@@ -26,11 +26,11 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import tomllib
 import typer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def _git(cwd: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "rsi demo", "GIT_AUTHOR_EMAIL": "demo@rsi-bot.invalid",
            "GIT_COMMITTER_NAME": "rsi demo", "GIT_COMMITTER_EMAIL": "demo@rsi-bot.invalid"}
     proc = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True)
+                          check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -163,25 +163,32 @@ class Display:
         self.bk = ""
         self.rows: list[dict[str, Any]] = []
         self.current = ""
-        self.runs = (0, 0)
+        self.since = 0.0
         self._live = None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("runs"), TimeElapsedColumn(), console=self.console)
         self.bar = self.progress.add_task("waiting", total=1, completed=0)
 
-    def __enter__(self) -> "Display":
+    def __enter__(self) -> Display:
         if self.live_enabled:
             from rich.live import Live
 
-            self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False,
+                              get_renderable=self._render)  # re-rendered at each refresh: the clocks tick
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         if self._live is not None:
-            self._live.update(self._render())
+            self._live.refresh()
             self._live.__exit__(*exc)
             self._live = None
 
@@ -196,7 +203,7 @@ class Display:
 
     def _refresh(self) -> None:
         if self._live is not None:
-            self._live.update(self._render())
+            self._live.refresh()
 
     def _render(self):
         from rich.console import Group
@@ -214,7 +221,8 @@ class Display:
             table.add_row(*[str(r.get(k, "")) for k in ("n", "agent", "hyp", "verdict", "gain", "gain0", "reason")])
         parts = [head, table]
         if self.current:
-            parts.append(self.current)
+            since = f"  ({time.monotonic() - self.since:.0f} s)" if self.since else ""
+            parts.append(self.current + since)
             parts.append(self.progress)
         return Panel(Group(*parts), title="rsi demo: tiny-tts", border_style="cyan")
 
@@ -230,13 +238,15 @@ class Display:
                 self.progress.update(self.bar, total=total, completed=run,
                                      description=f"{d.get('phase', '')} {d.get('arm', '')}".strip())
             elif ev.message:
+                if (d.get("phase") == "calibrate") or not self.since:
+                    self.since = time.monotonic()
                 self.current = ev.message
             self._refresh()
             return
         if kind == "baseline":
             self.b0 = self.bk = ev.sha or self.b0
             cal = (ev.data or {}).get("calibration") or {}
-            self.current = ""
+            self.current, self.since = "", 0.0
             self._log(ev.message + (f" (noise margin {cal.get('noise_margin', 0):.1%})" if cal.get("noise_margin") else ""))
         elif kind == "round_started":
             self.current = ev.message
@@ -246,6 +256,7 @@ class Display:
             self.current = ev.message
             self._log(ev.message)
         elif kind == "verifying":
+            self.since = time.monotonic()
             self.current = f"verifying #{ev.candidate}: {self.current.split(': ', 1)[-1]}"
             self.progress.update(self.bar, total=1, completed=0, description="starting")
             self._log(ev.message)
@@ -254,16 +265,17 @@ class Display:
             gain = getattr(rec, "gain", None)
             g0 = getattr(rec, "gain_vs_b0", None)
             decision = getattr(rec, "decision", "")
-            row = dict(
-                n=f"{ev.candidate}", agent=getattr(rec, "agent", ""), hyp=getattr(rec, "hypothesis", ""),
-                verdict=f"{EMOJI.get(decision, '')} {decision}" + (" (kept)" if (ev.data or {}).get("status") == "kept" else ""),
-                gain=f"{gain * 100:+.1f}%" if gain is not None else "-",
-                gain0=f"{g0 * 100:+.1f}%" if g0 is not None else "-",
-                reason=getattr(rec, "reason", ""),
-            )
+            kept = " (kept)" if (ev.data or {}).get("status") == "kept" else ""
+            row = {
+                "n": f"{ev.candidate}", "agent": getattr(rec, "agent", ""), "hyp": getattr(rec, "hypothesis", ""),
+                "verdict": f"{EMOJI.get(decision, '')} {decision}{kept}",
+                "gain": f"{gain * 100:+.1f}%" if gain is not None else "-",
+                "gain0": f"{g0 * 100:+.1f}%" if g0 is not None else "-",
+                "reason": getattr(rec, "reason", ""),
+            }
             self.rows.append(row)
             self.bk = (ev.data or {}).get("bk") or self.bk
-            self.current = ""
+            self.current, self.since = "", 0.0
             self._log(ev.message)
         else:
             if kind in ("refused", "paused", "stopped", "finished", "resumed", "rebaseline"):
@@ -363,14 +375,17 @@ def run_demo(
                      b0_sha=st.b0_sha if st else "", bk_sha=st.bk_sha if st else "",
                      gain_ratio=None, candidates=list(st.candidates) if st else [])
     res.guard_rejections = [f"#{r.candidate} {r.hypothesis}: {r.reason}" for r in records
-                            if r.decision == "reject" and r.reason.startswith("guard failed")]
+                            if r.decision == "reject" and any(g.status == "fail" for g in r.guards)]
     if verdict is not None:
         o = verdict.objective
         if pick.status == "kept" and o is not None:
             g0 = o.gain_vs_b0 if o.gain_vs_b0 is not None else (o.gain if pick.base_sha == pick.b0_sha else None)
             res.gain_ratio = 1 + g0 if g0 is not None else None
-        gain_txt = f" {res.gain_ratio:.2f}x" if res.gain_ratio else ""
-        title = f"tiny-tts demo: {len(records)} candidates, B0 → Bk{gain_txt} ({pick.hypothesis})"
+        if pick.status == "kept":
+            gain_txt = f" {res.gain_ratio:.2f}x" if res.gain_ratio else ""
+            title = f"tiny-tts demo: {len(records)} candidates, B0 → Bk{gain_txt} (last kept: {pick.hypothesis})"
+        else:
+            title = f"tiny-tts demo: {len(records)} candidates, none kept (last: {pick.hypothesis})"
         md = render_markdown_report(verdict, ledger=records, title=title)
         res.report_md = out / "report.md"
         res.report_md.write_text(md)

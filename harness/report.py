@@ -170,7 +170,7 @@ def _change(ratio: float | None, direction: str, ci: Any = None) -> str:
     if ratio is None:
         return "—"
     text = _pct(ratio - 1)
-    if ci is not None and (ci.low > 1 or ci.high < 1):
+    if ci is not None and (ci.low > 1 or ci.high < 1) and abs(ratio - 1) >= 0.0005:
         text += " better" if _better(ratio, direction) else " worse"
     return text
 
@@ -360,7 +360,7 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
         ref = by_ref.get("bk") or gs[0]
         kind = ref.kind
 
-        def val(g: GuardResult | None) -> str:
+        def val(g: GuardResult | None, kind: str = kind) -> str:
             if g is None or g.value is None:
                 return "—"
             if kind == "wer":
@@ -601,8 +601,8 @@ def render_markdown_report(
         elif not ledger_list:
             body += ["_No ledger records._", ""]
         if dropped:
-            body += [f"_{dropped} older record(s) left out to stay under GitHub's comment limit; "
-                     "the full ledger is on the branch `rsi/ledger` (ledger.jsonl)._", ""]
+            body += [(f"_{dropped} older record(s) left out to stay under GitHub's comment limit; "
+                      "the full ledger is on the branch `rsi/ledger` (ledger.jsonl)._"), ""]
         body += [fp, "", "</details>"]
         return "\n".join(body)
 
@@ -666,9 +666,9 @@ def render_svg_chart(
     def Y(v: float) -> float:
         return top_pad + ph - ph * (v / top)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" role="img" aria-label="{_h(metric)} over rounds" '
-           'font-family="system-ui, sans-serif" font-size="11">',
+    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+            f'height="{height}" role="img" aria-label="{_h(metric)} over rounds" '
+            'font-family="system-ui, sans-serif" font-size="11">'),
            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>']
     for k in range(6):  # grid and y ticks
         v = top * k / 5
@@ -693,9 +693,12 @@ def render_svg_chart(
         prev_y = y
     if step:
         out.append(f'<path d="{" ".join(step)}" fill="none" stroke="#0969da" stroke-width="2"/>')
+    every = max(1, math.ceil(n / 24))  # at most ~24 x labels
     for i, p in enumerate(history):
         x = X(i)
-        out.append(f'<text x="{x:.1f}" y="{height - bottom + 16}" text-anchor="middle" fill="#24292f">{_h(p.label)}</text>')
+        if i % every == 0 or i == n - 1:
+            out.append(f'<text x="{x:.1f}" y="{height - bottom + 16}" text-anchor="middle" fill="#24292f">'
+                       f'{_h(p.label)}</text>')
         if p.value is None:
             out.append(f'<text x="{x:.1f}" y="{top_pad + ph - 4}" text-anchor="middle" fill="#8c959f">'
                        f'<title>{_h(p.label)}: {_h(p.decision)} (not measured) {_h(p.hypothesis)}</title>–</text>')

@@ -119,38 +119,39 @@ def copy_bandwidth(device: str, nbytes: int) -> float:
 
 def bench_case(case: Case, copy_bw: float, *, include_jit: bool, budget_s: float,
                log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Gate every variant that can run this case, then time the survivors in
+    interleaved rounds (``tuner.measure_many``)."""
     op: Op = REGISTRY.ops[case.op]
     key = op.make_key(case.args)
     dtype = op.dtype_of(case.args)
-    rows: list[dict[str, Any]] = []
-    ref_time = None
+    rows: dict[str, dict[str, Any]] = {}
+    timed: dict[str, Callable[[], object]] = {}
     for v in op.variants.values():
         if v.can_run(key, dtype, case.args) is not None or (v.jit and not include_jit):
             continue
-        row: dict[str, Any] = {"op": case.op, "variant": v.name, "shape": f"{case.label} {case.shape}",
-                               "dtype": str(dtype).replace("torch.", ""), "device": key.device,
-                               "layout": key.layout, "bytes": case.bytes, "median_s": None,
-                               "speedup": None, "bandwidth_fraction": None, "gate": "ok"}
+        rows[v.name] = {"op": case.op, "variant": v.name, "shape": f"{case.label} {case.shape}",
+                        "dtype": key.dtype, "device": key.device, "layout": key.layout,
+                        "bytes": case.bytes, "median_s": None, "speedup": None,
+                        "bandwidth_fraction": None, "gate": "ok"}
         t0 = time.perf_counter()
         why = None if v is op.reference else gate.check(op, v, case.args)
         if why is not None:
-            row["gate"] = why
-            rows.append(row)
-            log(f"  {case.op} {v.name}: gate failed: {why}")
+            rows[v.name]["gate"] = why
+            log(f"  {case.op} {case.label} {v.name}: gate failed: {why}")
             continue
-        with torch.no_grad():
-            med = tuner.measure(lambda v=v: v.fn(*case.args), key.device, warmup=3, min_repeats=10,
-                                max_repeats=200, budget_s=budget_s)
-        if v is op.reference:
-            ref_time = med
+        log(f"  {case.op} {case.label} {v.name}: gate ok ({time.perf_counter() - t0:.1f} s)")
+        timed[v.name] = lambda v=v: v.fn(*case.args)
+    with torch.no_grad():
+        medians = tuner.measure_many(timed, key.device, warmup=3, min_repeats=10,
+                                     max_repeats=200, budget_s=budget_s)
+    ref_time = medians.get(op.reference.name)
+    for name, med in medians.items():
+        row = rows[name]
         row["median_s"] = med
         row["bandwidth_fraction"] = case.bytes / med / copy_bw
-        rows.append(row)
-        log(f"  {case.op} {case.label} {v.name}: {med * 1e6:.1f} us ({time.perf_counter() - t0:.1f} s with gate)")
-    for row in rows:
-        if row["median_s"] and ref_time:
-            row["speedup"] = ref_time / row["median_s"]
-    return rows
+        if ref_time:
+            row["speedup"] = ref_time / med
+    return list(rows.values())
 
 
 def render(rows: list[dict[str, Any]], copy_bw: float, device: str) -> str:

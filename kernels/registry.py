@@ -115,6 +115,7 @@ class Op:
 
     @property
     def reference(self) -> Variant:
+        """The first variant registered: the original behaviour, and the fallback."""
         return next(iter(self.variants.values()))
 
     def dtype_of(self, args: tuple) -> torch.dtype:
@@ -123,13 +124,23 @@ class Op:
     def make_key(self, args: tuple) -> Key:
         t = self.primary(args)
         layout, bucket = self.key(args)
-        return Key(self.name, _device.device_type(t), str(t.dtype).replace("torch.", ""), layout, bucket)
+        return Key(self.name, _device.device_type(t), _dtype_name(t.dtype), layout, bucket)
 
     def add(self, variant: Variant) -> Variant:
         if variant.name in self.variants:
             raise ValueError(f"{self.name}: variant {variant.name!r} registered twice")
         self.variants[variant.name] = variant
         return variant
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -282,15 +293,17 @@ class Registry:
         passed = [v for v in candidates if gated(v)]
         if len(passed) > 1 and _env_flag("RSI_KERNELS_AUTOTUNE", True):
             sample = op.sample(args, torch.Generator().manual_seed(1234), 0) or args
-            medians: dict[str, float] = {}
             with torch.no_grad():
-                for v in passed:
+                for v in list(passed):  # one call each first: a raising variant is dropped
                     try:
-                        medians[v.name] = tuner.measure(lambda v=v: v.fn(*sample), key.device)
+                        v.fn(*sample)
                     except Exception as e:
                         if v is ref:
                             raise
                         self._disable(op, key, v, f"raised while timed: {type(e).__name__}: {e}")
+                        passed.remove(v)
+                medians = tuner.measure_many({v.name: (lambda v=v: v.fn(*sample)) for v in passed},
+                                             key.device)
             passed = sorted((v for v in passed if v.name in medians), key=lambda v: medians[v.name])
             self.cache.update(fp, str(key), ranking=[v.name for v in passed], median_s=medians)
             log.info("kernels: %s -> %s (%s)", key, passed[0].name,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import statistics
 import tempfile
@@ -62,11 +63,41 @@ def measure(fn: Callable[[], object], device: str, *, warmup: int | None = None,
     return statistics.median(times)
 
 
+def measure_many(fns: dict[str, Callable[[], object]], device: str, *, warmup: int | None = None,
+                 min_repeats: int | None = None, max_repeats: int | None = None,
+                 budget_s: float | None = None) -> dict[str, float]:
+    """Median seconds of each fn, timed in interleaved rounds (each round runs
+    every fn once, in a rotating order), so that a burst of load on a shared
+    machine hits all of them alike instead of whichever ran at the time.
+    The budget is per fn; an exception from a fn propagates."""
+    warmup = WARMUP if warmup is None else warmup
+    min_repeats = MIN_REPEATS if min_repeats is None else min_repeats
+    max_repeats = MAX_REPEATS if max_repeats is None else max_repeats
+    budget_s = BUDGET_S if budget_s is None else budget_s
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    _device.synchronize(device)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    start = time.perf_counter()
+    r = 0
+    while r < max_repeats:
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            times[name].append(_device.time_once(fns[name], device))
+        r += 1
+        if r >= min_repeats and time.perf_counter() - start >= budget_s * len(names):
+            break
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
 class Cache:
     """The persistent tuning cache (see the module docstring)."""
 
     def __init__(self, path: Path | None = None):
         self._path = path
+        self._warned = False
 
     @property
     def path(self) -> Path:
@@ -116,6 +147,7 @@ class Cache:
                     json.dump(data, fh, indent=1, sort_keys=True)
                 os.replace(tmp, self.path)
         except OSError as e:  # a read-only home must not break the model
-            import logging
-
-            logging.getLogger("kernels").warning("kernels: cannot write tuning cache %s: %s", self.path, e)
+            if not self._warned:
+                self._warned = True
+                logging.getLogger("kernels").warning(
+                    "kernels: cannot write tuning cache %s: %s (set RSI_KERNELS_CACHE)", self.path, e)

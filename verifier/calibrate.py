@@ -80,17 +80,30 @@ class Calibration(BaseModel):
         offset = abs(med)  # the median: one outlier run is not a bias
         bias = offset if offset > 3.0 * sd / math.sqrt(d.size) else 0.0
         if bias:
-            note = (f"A/A offset {math.expm1(offset):+.2%} exceeds its noise: the two positions of an ABBA "
-                    f"block differ systematically (caching? thermal?); it is added to the noise margin")
+            note = (
+                f"A/A offset {math.expm1(offset):+.2%} exceeds its noise: the two positions "
+                "of an ABBA "
+                f"block differ systematically (caching? thermal?); it is added to the noise margin"
+            )
             warnings = (*warnings, note)
         spread = sd / math.sqrt(max_pairs) + bias
         margin = max(floor, 2 * spread)
         return cls(
-            benchmark=benchmark, metric=metric, direction=direction, pairs=int(d.size), max_pairs=max_pairs,
-            level=level, floor=floor, per_pair_sd=sd, aa_gain=math.expm1(offset), bias=bias,
+            benchmark=benchmark,
+            metric=metric,
+            direction=direction,
+            pairs=int(d.size),
+            max_pairs=max_pairs,
+            level=level,
+            floor=floor,
+            per_pair_sd=sd,
+            aa_gain=math.expm1(offset),
+            bias=bias,
             spread=math.expm1(spread),
-            noise_margin=margin, min_detectable_gain=_mdg(sd, max_pairs, margin, level),
-            fingerprint=fingerprint, warnings=warnings,
+            noise_margin=margin,
+            min_detectable_gain=_mdg(sd, max_pairs, margin, level),
+            fingerprint=fingerprint,
+            warnings=warnings,
         )
 
     def margin_at(self, max_pairs: int, floor: float | None = None) -> float:
@@ -119,17 +132,22 @@ class Calibration(BaseModel):
         if self.error is not None:
             return False, f"calibration failed ({self.error.stage}): {self.error.message}"
         mdg = self.min_detectable_gain
-        noise = (f"A/A per-pair spread {self.per_pair_sd:.2%} over {self.pairs} pairs, "
-                 f"noise margin {self.noise_margin:.2%}")
+        noise = (
+            f"A/A per-pair spread {self.per_pair_sd:.2%} over {self.pairs} pairs, "
+            f"noise margin {self.noise_margin:.2%}"
+        )
         if min_gain >= mdg:
-            return True, (f"ok: min_gain {min_gain:.2%} is detectable (smallest detectable gain "
-                          f"{mdg:.2%} with {self.max_pairs} pairs; {noise})")
+            return True, (
+                f"ok: min_gain {min_gain:.2%} is detectable (smallest detectable gain "
+                f"{mdg:.2%} with {self.max_pairs} pairs; {noise})"
+            )
         need = self.pairs_needed(min_gain)
-        how = (f"raise [verifier] max_pairs to {need}, " if need is not None else "")
+        how = f"raise [verifier] max_pairs to {need}, " if need is not None else ""
         return False, (
             f"benchmark '{self.benchmark}' is too noisy for min_gain {min_gain:.2%}: with up to "
             f"{self.max_pairs} pairs it can only detect gains of {mdg:.2%} or more ({noise}). "
-            f"Raise min_gain to at least {math.ceil(mdg * 1000) / 1000:.1%}, {how}or make the benchmark "
+            f"Raise min_gain to at least {math.ceil(mdg * 1000) / 1000:.1%}, {how}or make the "
+            "benchmark "
             f"steadier (longer runs, pinned threads, fewer background jobs)."
         )
 
@@ -162,8 +180,14 @@ def calibrate(
     name = benchmark or config.objective.benchmark
     fp = collect()
     metric = config.objective.metric if name == config.objective.benchmark else "wall_s"
-    base = dict(benchmark=name, metric=metric, max_pairs=v.max_pairs, level=v.level,
-                floor=v.min_noise_margin, fingerprint=fp)
+    base = dict(
+        benchmark=name,
+        metric=metric,
+        max_pairs=v.max_pairs,
+        level=v.level,
+        floor=v.min_noise_margin,
+        fingerprint=fp,
+    )
     try:
         bench = config.benchmark(name)
         env, drop = hidden_env(config)
@@ -173,20 +197,37 @@ def calibrate(
     n = pairs or v.calibration_pairs
     ref = Path(ref)
     try:
-        with Session(bench, {"a": ref, "b": ref}, seed=v.seed, extra_env=env, drop_env=drop,
-                     progress=progress) as s:
+        with Session(
+            bench,
+            {"a": ref, "b": ref},
+            seed=v.seed,
+            extra_env=env,
+            drop_env=drop,
+            progress=progress,
+        ) as s:
             err = s.setup() or s.warmup(v.warmup) or s.add_pairs(n)
             if err is not None:
                 return Calibration(**base, direction=direction, error=err)
             a, b = s.values("a", metric), s.values("b", metric)
             if np.any(a <= 0) or np.any(b <= 0) or np.isnan(a).any() or np.isnan(b).any():
-                return Calibration(**base, direction=direction, error=RunError(
-                    stage="calibration", message=f"metric '{metric}' must be positive in every run"))
+                return Calibration(
+                    **base,
+                    direction=direction,
+                    error=RunError(
+                        stage="calibration",
+                        message=f"metric '{metric}' must be positive in every run",
+                    ),
+                )
             d = log_ratios(b, a)
             warnings = []
             from .stats import value_warnings
+
             for arm, vals in (("A", a), ("A'", b)):
                 warnings += value_warnings(f"{metric} ({arm})", vals)
-            return Calibration.from_log_ratios(d, direction=direction, warnings=tuple(warnings), **base)
+            return Calibration.from_log_ratios(
+                d, direction=direction, warnings=tuple(warnings), **base
+            )
     except Exception as e:  # noqa: BLE001 - never raise on a benchmark's behalf
-        return Calibration(**base, direction=direction, error=RunError(stage="calibration", message=repr(e)))
+        return Calibration(
+            **base, direction=direction, error=RunError(stage="calibration", message=repr(e))
+        )

@@ -37,8 +37,11 @@ from .verdict import Fingerprint, Verdict
 CONFIG_PATH = ".rsi/config.toml"
 EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA = 0, 1, 2
 
-app = typer.Typer(help="The rsi verifier: measures and judges candidates.", no_args_is_help=True,
-                  add_completion=False)
+app = typer.Typer(
+    help="The rsi verifier: measures and judges candidates.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 err_console = Console(stderr=True)
 
 
@@ -57,8 +60,17 @@ def _fail(message: str) -> typer.Exit:
 
 # ---- rendering (pure: data in, renderables out) -------------------------------
 
-_COLOR = {"accept": "green", "review": "yellow", "reject": "red", "inconclusive": "blue", "error": "magenta",
-          "pass": "green", "fail": "red", "unclear": "yellow", "skipped": "dim"}
+_COLOR = {
+    "accept": "green",
+    "review": "yellow",
+    "reject": "red",
+    "inconclusive": "blue",
+    "error": "magenta",
+    "pass": "green",
+    "fail": "red",
+    "unclear": "yellow",
+    "skipped": "dim",
+}
 
 
 def render_verdict(v: Verdict) -> list:
@@ -68,14 +80,16 @@ def render_verdict(v: Verdict) -> list:
     if v.objective is not None and v.objective.gain is not None:
         o = v.objective
         ci = o.gain_ci
-        out.append(escape(
-            f"objective {o.benchmark}.{o.metric} ({o.direction} is better): gain {o.gain:+.2%}"
-            + (f" [{ci.low:+.2%}, {ci.high:+.2%}]" if ci else "")
-            + (f", p={o.p_value:.2g}" if o.p_value is not None else "")
-            + f", min_gain {o.min_gain:.1%}, noise margin {o.noise_margin:.1%}"
-            + (f", vs B0 {o.gain_vs_b0:+.2%}" if o.gain_vs_b0 is not None else "")
-            + f"; {v.pairs} pairs, {v.runs} runs"
-        ))
+        out.append(
+            escape(
+                f"objective {o.benchmark}.{o.metric} ({o.direction} is better): gain {o.gain:+.2%}"
+                + (f" [{ci.low:+.2%}, {ci.high:+.2%}]" if ci else "")
+                + (f", p={o.p_value:.2g}" if o.p_value is not None else "")
+                + f", min_gain {o.min_gain:.1%}, noise margin {o.noise_margin:.1%}"
+                + (f", vs B0 {o.gain_vs_b0:+.2%}" if o.gain_vs_b0 is not None else "")
+                + f"; {v.pairs} pairs, {v.runs} runs"
+            )
+        )
     if v.metrics:
         t = Table(title="metrics (median over runs; percentiles pooled)", show_lines=False)
         has_b0 = any(m.b0 is not None for m in v.metrics)
@@ -92,10 +106,14 @@ def render_verdict(v: Verdict) -> list:
             row = [f"{m.name} ({m.direction[0]})"]
             if has_b0:
                 row.append(_num(m.b0))
-            row += [_num(m.bk), _num(m.candidate),
-                    f"{m.ratio_vs_bk - 1:+.2%}" if m.ratio_vs_bk is not None else "-",
-                    f"{m.ratio_vs_bk_ci.low - 1:+.1%} .. {m.ratio_vs_bk_ci.high - 1:+.1%}"
-                    if m.ratio_vs_bk_ci else "-"]
+            row += [
+                _num(m.bk),
+                _num(m.candidate),
+                f"{m.ratio_vs_bk - 1:+.2%}" if m.ratio_vs_bk is not None else "-",
+                f"{m.ratio_vs_bk_ci.low - 1:+.1%} .. {m.ratio_vs_bk_ci.high - 1:+.1%}"
+                if m.ratio_vs_bk_ci
+                else "-",
+            ]
             if has_b0:
                 row.append(f"{m.ratio_vs_b0 - 1:+.2%}" if m.ratio_vs_b0 is not None else "-")
             t.add_row(*row)
@@ -122,8 +140,10 @@ def render_verdict(v: Verdict) -> list:
 
 def render_calibration(c: Calibration, min_gain: float) -> list:
     if c.error is not None:
-        return [f"[magenta]calibration failed in {c.error.stage}:[/] {escape(c.error.message)}",
-                f"[dim]{escape(c.error.stderr_tail.strip()[-2000:])}[/]"]
+        return [
+            f"[magenta]calibration failed in {c.error.stage}:[/] {escape(c.error.message)}",
+            f"[dim]{escape(c.error.stderr_tail.strip()[-2000:])}[/]",
+        ]
     t = Table(title=f"calibration of {c.benchmark}.{c.metric} ({c.pairs} A/A pairs)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
@@ -144,9 +164,16 @@ def _num(x: float | None) -> str:
 
 @contextmanager
 def progress_bar(console: Console, label: str) -> Iterator:
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
-                  transient=True, disable=not console.is_terminal) as bar:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
         task = bar.add_task(label, total=None, info="")
 
         def on_event(e: ProgressEvent) -> None:
@@ -165,7 +192,9 @@ def _load_config_text(text: str | None, where: str) -> VerifyConfig:
     try:
         return VerifyConfig.from_toml(text)
     except ConfigError as e:
-        raise _fail(f"{CONFIG_PATH} at {where} is invalid:\n" + "\n".join(f"  - {x}" for x in e.errors))
+        raise _fail(
+            f"{CONFIG_PATH} at {where} is invalid:\n" + "\n".join(f"  - {x}" for x in e.errors)
+        ) from None
 
 
 def _load_calibration(path: Path | None) -> Calibration | None:
@@ -174,7 +203,7 @@ def _load_calibration(path: Path | None) -> Calibration | None:
     try:
         return Calibration.model_validate_json(path.read_text())
     except (OSError, ValueError) as e:
-        raise _fail(f"cannot read calibration {path}: {e}")
+        raise _fail(f"cannot read calibration {path}: {e}") from None
 
 
 def _write(path: Path | None, text: str) -> None:
@@ -184,7 +213,7 @@ def _write(path: Path | None, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as e:
-        raise _fail(f"cannot write {path}: {e}")
+        raise _fail(f"cannot write {path}: {e}") from None
 
 
 def _show(console: Console, items: list) -> None:
@@ -199,11 +228,22 @@ def _show(console: Console, items: list) -> None:
 def verify(
     base_ref: Annotated[str, typer.Argument(help="Baseline ref (Bk); the config is read from it.")],
     cand_ref: Annotated[str, typer.Argument(help="Candidate ref.")],
-    repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path("."),
-    benchmark: Annotated[str | None, typer.Option("--benchmark", help="Benchmark (default: the objective's).")] = None,
-    b0: Annotated[str | None, typer.Option("--b0", help="B0 ref: guards are also checked against it.")] = None,
-    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON verdict here.")] = None,
-    calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration JSON (rsi calibrate --report).")] = None,
+    repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path(
+        "."
+    ),
+    benchmark: Annotated[
+        str | None, typer.Option("--benchmark", help="Benchmark (default: the objective's).")
+    ] = None,
+    b0: Annotated[
+        str | None, typer.Option("--b0", help="B0 ref: guards are also checked against it.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write the JSON verdict here.")
+    ] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="Calibration JSON (rsi calibrate --report)."),
+    ] = None,
 ) -> None:
     """Judge CAND_REF against BASE_REF with the benchmark protocol."""
     repo = repo.resolve()
@@ -212,8 +252,10 @@ def verify(
         if b0:
             shas["b0"] = rev_parse(repo, b0)
     except GitError as e:
-        raise _fail(str(e))
-    config = _load_config_text(show_file(repo, shas["bk"], CONFIG_PATH), f"{base_ref} ({shas['bk'][:12]})")
+        raise _fail(str(e)) from None
+    config = _load_config_text(
+        show_file(repo, shas["bk"], CONFIG_PATH), f"{base_ref} ({shas['bk'][:12]})"
+    )
     cal = _load_calibration(calibration)
     from .judge import verify as judge_verify
 
@@ -221,10 +263,18 @@ def verify(
     refs = {"bk": shas["bk"], "candidate": shas["candidate"], **({"b0": shas["b0"]} if b0 else {})}
     try:
         with worktrees(repo, refs) as trees, progress_bar(err_console, "verifying") as on_event:
-            verdict = judge_verify(trees["bk"], trees["candidate"], config, benchmark=benchmark,
-                                   b0=trees.get("b0"), shas=shas, calibration=cal, progress=on_event)
+            verdict = judge_verify(
+                trees["bk"],
+                trees["candidate"],
+                config,
+                benchmark=benchmark,
+                b0=trees.get("b0"),
+                shas=shas,
+                calibration=cal,
+                progress=on_event,
+            )
     except GitError as e:
-        raise _fail(str(e))
+        raise _fail(str(e)) from None
     _show(console, render_verdict(verdict))
     _write(report, verdict.to_json(indent=2))
     raise typer.Exit(exit_code(verdict))
@@ -233,29 +283,51 @@ def verify(
 @app.command()
 def calibrate(
     ref: Annotated[str, typer.Argument(help="The ref to measure against itself (A/A).")],
-    repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path("."),
+    repo: Annotated[Path, typer.Option("--repo", help="Path of the target git repository.")] = Path(
+        "."
+    ),
     benchmark: Annotated[str | None, typer.Option("--benchmark")] = None,
-    pairs: Annotated[int | None, typer.Option("--pairs", min=2, help="A/A pairs (default: [verifier] calibration_pairs).")] = None,
-    min_gain: Annotated[float | None, typer.Option("--min-gain", help="Check feasibility for this min_gain (default: the objective's).")] = None,
-    report: Annotated[Path | None, typer.Option("--report", help="Write the calibration JSON here.")] = None,
+    pairs: Annotated[
+        int | None,
+        typer.Option("--pairs", min=2, help="A/A pairs (default: [verifier] calibration_pairs)."),
+    ] = None,
+    min_gain: Annotated[
+        float | None,
+        typer.Option(
+            "--min-gain", help="Check feasibility for this min_gain (default: the objective's)."
+        ),
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write the calibration JSON here.")
+    ] = None,
 ) -> None:
     """Measure the benchmark's noise with A/A pairs of REF."""
     repo = repo.resolve()
     try:
         sha = rev_parse(repo, ref)
     except GitError as e:
-        raise _fail(str(e))
+        raise _fail(str(e)) from None
     config = _load_config_text(show_file(repo, sha, CONFIG_PATH), f"{ref} ({sha[:12]})")
     try:
-        with worktrees(repo, {"ref": sha}) as trees, progress_bar(err_console, "calibrating") as on_event:
-            cal = run_calibration(trees["ref"], config, benchmark=benchmark, pairs=pairs, progress=on_event)
+        with (
+            worktrees(repo, {"ref": sha}) as trees,
+            progress_bar(err_console, "calibrating") as on_event,
+        ):
+            cal = run_calibration(
+                trees["ref"], config, benchmark=benchmark, pairs=pairs, progress=on_event
+            )
     except GitError as e:
-        raise _fail(str(e))
+        raise _fail(str(e)) from None
     raise typer.Exit(_finish_calibration(cal, config, min_gain, report, Console()))
 
 
-def _finish_calibration(cal: Calibration, config: VerifyConfig, min_gain: float | None, report: Path | None,
-                        console: Console) -> int:
+def _finish_calibration(
+    cal: Calibration,
+    config: VerifyConfig,
+    min_gain: float | None,
+    report: Path | None,
+    console: Console,
+) -> int:
     mg = config.objective.min_gain if min_gain is None else min_gain
     _show(console, render_calibration(cal, mg))
     _write(report, cal.model_dump_json(indent=2))
@@ -278,13 +350,26 @@ def _parse_shas(items: list[str]) -> dict[str, str]:
 def verify_dirs(
     baseline_dir: Annotated[Path, typer.Argument(help="Checkout of the baseline (Bk).")],
     candidate_dir: Annotated[Path, typer.Argument(help="Checkout of the candidate.")],
-    config_file: Annotated[Path | None, typer.Option("--config", help="Config TOML (default: BASELINE_DIR/.rsi/config.toml).")] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", help="Config TOML (default: BASELINE_DIR/.rsi/config.toml)."),
+    ] = None,
     benchmark: Annotated[str | None, typer.Option("--benchmark")] = None,
     b0: Annotated[Path | None, typer.Option("--b0", help="Checkout of B0.")] = None,
-    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON verdict here (default: stdout).")] = None,
-    sha: Annotated[list[str], typer.Option("--sha", help="KEY=SHA recorded in the verdict (bk, b0, candidate).")] = [],  # noqa: B006
-    calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration JSON.")] = None,
-    fingerprint: Annotated[Path | None, typer.Option("--fingerprint", help="Expected fingerprint JSON; refuse to run elsewhere.")] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write the JSON verdict here (default: stdout).")
+    ] = None,
+    sha: Annotated[
+        list[str],
+        typer.Option("--sha", help="KEY=SHA recorded in the verdict (bk, b0, candidate)."),
+    ] = [],  # noqa: B006
+    calibration: Annotated[
+        Path | None, typer.Option("--calibration", help="Calibration JSON.")
+    ] = None,
+    fingerprint: Annotated[
+        Path | None,
+        typer.Option("--fingerprint", help="Expected fingerprint JSON; refuse to run elsewhere."),
+    ] = None,
 ) -> None:
     """Judge two checkouts on disk; the verdict JSON goes to --report or stdout."""
     cfg_path = config_file or baseline_dir / CONFIG_PATH
@@ -299,13 +384,21 @@ def verify_dirs(
         try:
             fp = Fingerprint.model_validate_json(fingerprint.read_text())
         except (OSError, ValueError) as e:
-            raise _fail(f"cannot read fingerprint {fingerprint}: {e}")
+            raise _fail(f"cannot read fingerprint {fingerprint}: {e}") from None
     from .judge import verify as judge_verify
 
     with progress_bar(err_console, "verifying") as on_event:
-        verdict = judge_verify(baseline_dir.resolve(), candidate_dir.resolve(), config, benchmark=benchmark,
-                               b0=b0.resolve() if b0 else None, shas=_parse_shas(sha), calibration=cal,
-                               progress=on_event, fingerprint=fp)
+        verdict = judge_verify(
+            baseline_dir.resolve(),
+            candidate_dir.resolve(),
+            config,
+            benchmark=benchmark,
+            b0=b0.resolve() if b0 else None,
+            shas=_parse_shas(sha),
+            calibration=cal,
+            progress=on_event,
+            fingerprint=fp,
+        )
     _show(err_console, render_verdict(verdict))
     text = verdict.to_json(indent=2)
     if report is None:
@@ -318,11 +411,17 @@ def verify_dirs(
 @app.command("calibrate-dir")
 def calibrate_dir(
     ref_dir: Annotated[Path, typer.Argument(help="Checkout to measure against itself.")],
-    config_file: Annotated[Path | None, typer.Option("--config", help="Config TOML (default: REF_DIR/.rsi/config.toml).")] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", help="Config TOML (default: REF_DIR/.rsi/config.toml)."),
+    ] = None,
     benchmark: Annotated[str | None, typer.Option("--benchmark")] = None,
     pairs: Annotated[int | None, typer.Option("--pairs", min=2)] = None,
     min_gain: Annotated[float | None, typer.Option("--min-gain")] = None,
-    report: Annotated[Path | None, typer.Option("--report", help="Write the calibration JSON here (default: stdout).")] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Write the calibration JSON here (default: stdout)."),
+    ] = None,
 ) -> None:
     """Calibrate a checkout on disk; the calibration JSON goes to --report or stdout."""
     cfg_path = config_file or ref_dir / CONFIG_PATH
@@ -332,7 +431,9 @@ def calibrate_dir(
         text = None
     config = _load_config_text(text, str(cfg_path))
     with progress_bar(err_console, "calibrating") as on_event:
-        cal = run_calibration(ref_dir.resolve(), config, benchmark=benchmark, pairs=pairs, progress=on_event)
+        cal = run_calibration(
+            ref_dir.resolve(), config, benchmark=benchmark, pairs=pairs, progress=on_event
+        )
     code = _finish_calibration(cal, config, min_gain, report, err_console)
     if report is None:
         sys.stdout.write(cal.model_dump_json(indent=2) + "\n")

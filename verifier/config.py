@@ -260,10 +260,13 @@ class VerifyConfig(_Model):
         raw = {k: data[k] for k in OWN_SECTIONS if k in data}
         errors: list[str] = []
         if "benchmarks" not in raw:
-            errors.append("missing [benchmarks.<name>] section: declare at least one benchmark command")
+            errors.append(
+                "missing [benchmarks.<name>] section: declare at least one benchmark command"
+            )
         if "objective" not in raw:
             errors.append(
-                "missing [objective] section: set benchmark = \"<name>\", metric = \"<metric>\", min_gain = 0.02"
+                'missing [objective] section: set benchmark = "<name>", metric = "<metric>", '
+                "min_gain = 0.02"
             )
         benchmarks = raw.get("benchmarks")
         if isinstance(benchmarks, dict):
@@ -293,20 +296,26 @@ class VerifyConfig(_Model):
             errors.append("[benchmarks] is empty: declare at least one benchmark command")
         ob = self.objective
         if ob.benchmark not in self.benchmarks:
-            errors.append(f"objective: unknown benchmark '{ob.benchmark}'; declared benchmarks: {names}")
+            errors.append(
+                f"objective: unknown benchmark '{ob.benchmark}'; declared benchmarks: {names}"
+            )
         else:
             known = self.benchmarks[ob.benchmark].known_metrics()
             if ob.metric not in known:
                 errors.append(
-                    f"objective: unknown metric '{ob.metric}'; benchmark '{ob.benchmark}' declares: "
+                    f"objective: unknown metric '{ob.metric}'; benchmark '{ob.benchmark}' "
+                    "declares: "
                     f"{_list(self.benchmarks[ob.benchmark])}"
                 )
         for i, g in enumerate(self.guards):
             where = f"guards[{i}]"
-            bounds = [b for b in (g.max_ratio, g.min_ratio, g.max_delta, g.min_delta) if b is not None]
+            bounds = [
+                b for b in (g.max_ratio, g.min_ratio, g.max_delta, g.min_delta) if b is not None
+            ]
             if len(bounds) != 1:
                 errors.append(
-                    f"{where} ({g.metric}): give exactly one bound: max_ratio, min_ratio, max_delta or min_delta"
+                    f"{where} ({g.metric}): give exactly one bound: max_ratio, min_ratio, "
+                    "max_delta or min_delta"
                 )
             bench = g.benchmark or ob.benchmark
             if bench not in self.benchmarks:
@@ -331,32 +340,43 @@ class VerifyConfig(_Model):
                     f"bound a loss with max_ratio = {1 / g.min_ratio:.3g}"
                 )
             if g.max_ratio is not None and g.max_ratio < 1:
-                errors.append(f"{where}: max_ratio = {g.max_ratio} < 1 would demand an improvement; use >= 1")
+                errors.append(
+                    f"{where}: max_ratio = {g.max_ratio} < 1 would demand an improvement; use >= 1"
+                )
             if g.min_ratio is not None and g.min_ratio > 1:
-                errors.append(f"{where}: min_ratio = {g.min_ratio} > 1 would demand an improvement; use <= 1")
+                errors.append(
+                    f"{where}: min_ratio = {g.min_ratio} > 1 would demand an improvement; use <= 1"
+                )
         for i, q in enumerate(self.quality):
             where = f"quality[{i}] ({q.kind})"
             bench = q.benchmark or ob.benchmark
             if bench not in self.benchmarks:
                 errors.append(f"{where}: unknown benchmark '{bench}'; declared benchmarks: {names}")
             if q.kind == "wer" and q.max is None and q.max_delta is None:
-                errors.append(f"{where}: give max (corpus WER bound) and/or max_delta (bound on the WER increase)")
+                errors.append(
+                    f"{where}: give max (corpus WER bound) and/or max_delta (bound on the WER "
+                    "increase)"
+                )
             if q.kind == "allclose" and q.dtype is not None and q.dtype not in TOLERANCES:
                 errors.append(f"{where}: unknown dtype '{q.dtype}'; known: {', '.join(TOLERANCES)}")
         v = self.verifier
         if v.max_pairs < v.initial_pairs:
             errors.append(
-                f"verifier: max_pairs ({v.max_pairs}) is below initial_pairs ({v.initial_pairs}); raise max_pairs"
+                f"verifier: max_pairs ({v.max_pairs}) is below initial_pairs "
+                f"({v.initial_pairs}); raise max_pairs"
             )
         need = math.ceil(math.log2(1 / v.alpha) + 1e-9)
         if v.max_pairs < need:
             errors.append(
-                f"verifier: max_pairs ({v.max_pairs}) is too few to ever accept: the signed-rank test needs "
+                f"verifier: max_pairs ({v.max_pairs}) is too few to ever accept: the "
+                "signed-rank test needs "
                 f"at least {need} pairs to reach p < {v.alpha:g}"
             )
         for k in self.hidden.env:
             if k.startswith("RSI_"):
-                errors.append(f"hidden.env: '{k}' is reserved (RSI_* variables are set by the verifier)")
+                errors.append(
+                    f"hidden.env: '{k}' is reserved (RSI_* variables are set by the verifier)"
+                )
         if errors:
             raise ConfigError(errors)
 
@@ -367,7 +387,10 @@ class VerifyConfig(_Model):
             return self.benchmarks[name]
         except KeyError:
             raise ConfigError(
-                [f"unknown benchmark '{name}'; declared benchmarks: {', '.join(sorted(self.benchmarks))}"]
+                [
+                    f"unknown benchmark '{name}'; declared benchmarks: "
+                    f"{', '.join(sorted(self.benchmarks))}"
+                ]
             ) from None
 
     def guards_for(self, benchmark: str, available: dict[str, Direction]) -> list[Guard]:
@@ -423,7 +446,9 @@ def _pydantic_message(err: dict) -> str:
     if typ == "missing":
         return f"{path}: required field missing"
     if typ == "extra_forbidden":
-        return f"{path}: unknown key (check its spelling; see docs/contracts.md for the config layout)"
+        return (
+            f"{path}: unknown key (check its spelling; see docs/contracts.md for the config layout)"
+        )
     if typ == "literal_error" and loc and loc[-2:-1] and loc[-2] in ("metrics", "samples"):
-        return f"{path}: direction must be \"higher\" or \"lower\", got {err.get('input')!r}"
+        return f'{path}: direction must be "higher" or "lower", got {err.get("input")!r}'
     return f"{path}: {msg} (got {err.get('input')!r})"

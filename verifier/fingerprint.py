@@ -104,8 +104,12 @@ def _version(dist: str) -> str:
 
 
 def _nvidia() -> dict:
-    out = _run(["nvidia-smi", "--query-gpu=name,driver_version,vbios_version", "--format=csv,noheader"])
-    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+    out = _run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,vbios_version", "--format=csv,noheader"]
+    )
+    rows = [
+        [c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()
+    ]
     if not rows:
         return {}
     names = sorted({r[0] for r in rows})
@@ -130,7 +134,9 @@ def _ascend() -> dict:
     if m:
         info["driver"] = m.group(1)
     # chip rows look like "| 0     910B3               | OK            | ..."
-    chips = re.findall(r"^\|\s*\d+\s+(\w*\d\w*)\s+\|\s*(?:OK|Warning|Alarm|Critical)", out, re.MULTILINE)
+    chips = re.findall(
+        r"^\|\s*\d+\s+(\w*\d\w*)\s+\|\s*(?:OK|Warning|Alarm|Critical)", out, re.MULTILINE
+    )
     if chips:
         info["accelerator"] = "Ascend" + " + ".join(sorted(set(chips)))
         info["accelerator_count"] = len(chips)

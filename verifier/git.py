@@ -17,7 +17,9 @@ class GitError(RuntimeError):
 def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     if check and p.returncode != 0:
-        raise GitError(f"git {' '.join(args)} failed in {repo}: {p.stderr.strip() or p.stdout.strip()}")
+        raise GitError(
+            f"git {' '.join(args)} failed in {repo}: {p.stderr.strip() or p.stdout.strip()}"
+        )
     return p
 
 

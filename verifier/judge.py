@@ -96,21 +96,36 @@ def verify(
     t0 = time.perf_counter()
     shas = {str(k): str(v) for k, v in (shas or {}).items()}
     try:
-        verdict = _verify(Path(baseline), Path(candidate), config, benchmark, Path(b0) if b0 else None,
-                          shas, calibration, progress, fingerprint)
+        verdict = _verify(
+            Path(baseline),
+            Path(candidate),
+            config,
+            benchmark,
+            Path(b0) if b0 else None,
+            shas,
+            calibration,
+            progress,
+            fingerprint,
+        )
     except Exception as e:  # noqa: BLE001 - the verifier never turns an error into a verdict
         verdict = Verdict(
             decision="error",
             reason=f"the verifier failed: {e!r}",
             benchmark=benchmark or "",
             shas=shas,
-            error=RunError(stage="verifier", message=repr(e), stderr_tail=traceback.format_exc()[-4000:]),
+            error=RunError(
+                stage="verifier", message=repr(e), stderr_tail=traceback.format_exc()[-4000:]
+            ),
         )
-    return verdict.model_copy(update={"started_at": started, "duration_s": time.perf_counter() - t0})
+    return verdict.model_copy(
+        update={"started_at": started, "duration_s": time.perf_counter() - t0}
+    )
 
 
 def _error(err: RunError, **base: Any) -> Verdict:
-    what = {"baseline": "the baseline", "candidate": "the candidate", "b0": "B0"}.get(err.stage, err.stage)
+    what = {"baseline": "the baseline", "candidate": "the candidate", "b0": "B0"}.get(
+        err.stage, err.stage
+    )
     return Verdict(decision="error", reason=f"{what}: {err.message}", error=err, **base)
 
 
@@ -134,12 +149,16 @@ class Evaluator:
     def on_run_for(self, qguards: list[QualityGuard], checkouts: dict[str, Path]):
         def on_run(arm: str, rec: RunRecord, index: int) -> None:
             if index == 0 and qguards and rec.result is not None and arm not in self.snaps:
-                self.snaps[arm] = snapshot(dict(rec.result.outputs), qguards,
-                                           [Path(rec.output_dir), Path(checkouts[arm])])
+                self.snaps[arm] = snapshot(
+                    dict(rec.result.outputs), qguards, [Path(rec.output_dir), Path(checkouts[arm])]
+                )
+
         return on_run
 
     # ---- comparisons --------------------------------------------------------
-    def compare(self, s: Session, metric: str, ref: str, *, log: bool = True) -> tuple[Estimate, str] | None:
+    def compare(
+        self, s: Session, metric: str, ref: str, *, log: bool = True
+    ) -> tuple[Estimate, str] | None:
         """Candidate vs ``ref`` on ``metric``: (estimate in log-ratio or delta units, source)."""
         seed = _seed(self.v.seed, s.bench.name, metric, ref, "log" if log else "delta")
         src = s.percentile_source(metric)
@@ -147,9 +166,15 @@ class Evaluator:
             series, q = src
             c, r = s.pooled("candidate", series), s.pooled(ref, series)
             if c.size and r.size and (not log or (np.all(c > 0) and np.all(r > 0))):
-                return clustered_percentile_ci(s.per_run("candidate", series), s.per_run(ref, series), q,
-                                               seed=seed, n_boot=PERCENTILE_BOOT, level=self.v.level,
-                                               log=log), "samples"
+                return clustered_percentile_ci(
+                    s.per_run("candidate", series),
+                    s.per_run(ref, series),
+                    q,
+                    seed=seed,
+                    n_boot=PERCENTILE_BOOT,
+                    level=self.v.level,
+                    log=log,
+                ), "samples"
         c, r = s.values("candidate", metric), s.values(ref, metric)
         if c.size == 0 or np.isnan(c).any() or np.isnan(r).any():
             return None
@@ -159,20 +184,36 @@ class Evaluator:
             d = log_ratios(c, r)
         else:
             d = c - r
-        source = "measured" if metric in s.bench.measured() and metric not in s.bench.metrics else "declared"
+        source = (
+            "measured"
+            if metric in s.bench.measured() and metric not in s.bench.metrics
+            else "declared"
+        )
         return bootstrap_ci(d, seed=seed, n_boot=self.v.bootstrap, level=self.v.level), source
 
     # ---- guards ------------------------------------------------------------------
     def guards(self, s: Session) -> list[GuardResult]:
         out: list[GuardResult] = []
         failed = sum(r.result.failed for r in s.records["candidate"] if r.result is not None)
-        requests = sum(r.result.counts.get("requests", 0) for r in s.records["candidate"] if r.result is not None)
-        out.append(GuardResult(
-            name=f"failed requests ({s.bench.name})", kind="failed_requests", metric="counts.failed",
-            bound="== 0", value=float(failed), status="fail" if failed else "pass",
-            detail=(f"{failed} failed request(s) in {len(s.records['candidate'])} candidate runs"
-                    + (f" ({requests} requests)" if requests else "")),
-        ))
+        requests = sum(
+            r.result.counts.get("requests", 0)
+            for r in s.records["candidate"]
+            if r.result is not None
+        )
+        out.append(
+            GuardResult(
+                name=f"failed requests ({s.bench.name})",
+                kind="failed_requests",
+                metric="counts.failed",
+                bound="== 0",
+                value=float(failed),
+                status="fail" if failed else "pass",
+                detail=(
+                    f"{failed} failed request(s) in {len(s.records['candidate'])} candidate runs"
+                    + (f" ({requests} requests)" if requests else "")
+                ),
+            )
+        )
         directions = s.directions()
         for g in self.config.guards_for(s.bench.name, directions):
             for ref in self.refs:
@@ -182,17 +223,32 @@ class Evaluator:
                 out.append(self.quality_guard(q, ref))
         return out
 
-    def metric_guard(self, s: Session, g: Guard, ref: str, directions: dict[str, Direction]) -> GuardResult:
-        label = g.label + ("" if s.bench.name == self.config.objective.benchmark else f" ({s.bench.name})")
-        base = dict(name=label + (" [default]" if g.default else ""), kind=g.kind, metric=g.metric,
-                    against=ref, bound=g.bound_text)
+    def metric_guard(
+        self, s: Session, g: Guard, ref: str, directions: dict[str, Direction]
+    ) -> GuardResult:
+        label = g.label + (
+            "" if s.bench.name == self.config.objective.benchmark else f" ({s.bench.name})"
+        )
+        base = dict(
+            name=label + (" [default]" if g.default else ""),
+            kind=g.kind,
+            metric=g.metric,
+            against=ref,
+            bound=g.bound_text,
+        )
         if g.metric not in directions:
-            return GuardResult(**base, status="skipped",
-                               detail=f"'{g.metric}' was not reported by every run; cannot check it")
+            return GuardResult(
+                **base,
+                status="skipped",
+                detail=f"'{g.metric}' was not reported by every run; cannot check it",
+            )
         est_src = self.compare(s, g.metric, ref, log=g.kind == "ratio")
         if est_src is None:
-            return GuardResult(**base, status="skipped",
-                               detail=f"'{g.metric}' has non-positive or missing values; cannot form ratios")
+            return GuardResult(
+                **base,
+                status="skipped",
+                detail=f"'{g.metric}' has non-positive or missing values; cannot form ratios",
+            )
         est, _src = est_src
         if g.kind == "ratio":
             point, lo, hi = math.exp(est.point), math.exp(est.low), math.exp(est.high)
@@ -208,8 +264,13 @@ class Evaluator:
         detail = f"{fmt(point)} [{fmt(lo)}, {fmt(hi)}], bound {g.bound_text}"
         if status == "unclear":
             detail += " (interval straddles the bound)"
-        return GuardResult(**base, value=point, ci=Interval(low=lo, high=hi, level=est.level),
-                           status=status, detail=detail)
+        return GuardResult(
+            **base,
+            value=point,
+            ci=Interval(low=lo, high=hi, level=est.level),
+            status=status,
+            detail=detail,
+        )
 
     def quality_guard(self, q: QualityGuard, ref: str) -> GuardResult:
         base = dict(name=q.label, kind=q.kind, metric=f"outputs.{q.output}", against=ref)
@@ -219,10 +280,14 @@ class Evaluator:
         for key in need:
             if isinstance(refs.get(key), QualityError) or key not in refs:
                 why = refs.get(key, "no snapshot")
-                self.warnings.append(f"quality guard {q.label}: {rl} lacks outputs.{key} ({why}); not checked")
+                self.warnings.append(
+                    f"quality guard {q.label}: {rl} lacks outputs.{key} ({why}); not checked"
+                )
                 return GuardResult(**base, status="skipped", detail=f"{rl}: {why}")
         if isinstance(cand.get(q.output), QualityError) or q.output not in cand:
-            return GuardResult(**base, status="fail", detail=f"candidate: {cand.get(q.output, 'no outputs')}")
+            return GuardResult(
+                **base, status="fail", detail=f"candidate: {cand.get(q.output, 'no outputs')}"
+            )
         try:
             if q.kind == "wer":
                 hyp = _texts(cand[q.output], f"candidate outputs.{q.output}")
@@ -246,11 +311,17 @@ class Evaluator:
                     if delta > q.max_delta:
                         fails.append(f"WER rose by {delta:+.2%} > {q.max_delta:+.2%}")
                 detail = f"WER {w_c:.2%} against {against_what}" + (
-                    f" ({rl} {w_r:.2%}, delta {delta:+.2%})" if q.reference else "")
+                    f" ({rl} {w_r:.2%}, delta {delta:+.2%})" if q.reference else ""
+                )
                 if fails:
                     detail += ": " + "; ".join(fails)
-                return GuardResult(**base, bound="; ".join(bounds), value=w_c,
-                                   status="fail" if fails else "pass", detail=detail)
+                return GuardResult(
+                    **base,
+                    bound="; ".join(bounds),
+                    value=w_c,
+                    status="fail" if fails else "pass",
+                    detail=detail,
+                )
             if q.kind == "output_length":
                 lc = output_length(cand[q.output])
                 lr = output_length(refs[q.output])
@@ -260,12 +331,21 @@ class Evaluator:
                 else:
                     change = lc / lr - 1
                     ok = abs(change) <= q.max_change
-                return GuardResult(**base, bound=f"within ±{q.max_change:.1%}", value=change,
-                                   status="pass" if ok else "fail",
-                                   detail=f"length {lc:g} vs {rl} {lr:g} ({change:+.2%})")
+                return GuardResult(
+                    **base,
+                    bound=f"within ±{q.max_change:.1%}",
+                    value=change,
+                    status="pass" if ok else "fail",
+                    detail=f"length {lc:g} vs {rl} {lr:g} ({change:+.2%})",
+                )
             ok, err, detail = allclose(cand[q.output], refs[q.output], q)
-            return GuardResult(**base, bound="per-dtype tolerance", value=err, status="pass" if ok else "fail",
-                               detail=detail)
+            return GuardResult(
+                **base,
+                bound="per-dtype tolerance",
+                value=err,
+                status="pass" if ok else "fail",
+                detail=detail,
+            )
         except QualityError as e:
             return GuardResult(**base, status="fail", detail=str(e))
 
@@ -290,8 +370,9 @@ class Evaluator:
                     continue
                 est, source = est_src
                 row[f"ratio_vs_{ref}"] = math.exp(est.point)
-                row[f"ratio_vs_{ref}_ci"] = Interval(low=math.exp(est.low), high=math.exp(est.high),
-                                                     level=est.level)
+                row[f"ratio_vs_{ref}_ci"] = Interval(
+                    low=math.exp(est.low), high=math.exp(est.high), level=est.level
+                )
             row["source"] = source
             out.append(MetricComparison(**row))
         return out
@@ -327,7 +408,9 @@ def tradeoffs(metrics: list[MetricComparison]) -> list[str]:
         clear = ci is not None and (ci.low > 1 or ci.high < 1)
         u = f" {m.unit}" if m.unit else ""
         word = ("better" if better else "worse") if clear else "no clear change"
-        text = f"{cat} ({m.name}): {m.bk:.4g}{u} -> {m.candidate:.4g}{u}, {change:+.1%} vs Bk ({word})"
+        text = (
+            f"{cat} ({m.name}): {m.bk:.4g}{u} -> {m.candidate:.4g}{u}, {change:+.1%} vs Bk ({word})"
+        )
         if m.ratio_vs_b0 is not None:
             text += f", {m.ratio_vs_b0 - 1:+.1%} vs B0"
         out.append(text + ".")
@@ -349,8 +432,16 @@ def _verify(
     bench_name = benchmark or config.objective.benchmark
     base: dict[str, Any] = dict(benchmark=bench_name, shas=shas)
     if bench_name not in config.benchmarks:
-        return _error(RunError(stage="config", message=(
-            f"unknown benchmark '{bench_name}'; declared: {', '.join(sorted(config.benchmarks))}")), **base)
+        return _error(
+            RunError(
+                stage="config",
+                message=(
+                    f"unknown benchmark '{bench_name}'; declared: "
+                    f"{', '.join(sorted(config.benchmarks))}"
+                ),
+            ),
+            **base,
+        )
     bench = config.benchmarks[bench_name]
     base["settings"] = dict(bench.settings)
     fp = collect()
@@ -367,7 +458,9 @@ def _verify(
         return _error(RunError(stage="config", message=str(e)), **base)
     for name, path in (("baseline", baseline), ("candidate", candidate), ("b0", b0)):
         if path is not None and not path.is_dir():
-            return _error(RunError(stage=name, message=f"checkout {path} is not a directory"), **base)
+            return _error(
+                RunError(stage=name, message=f"checkout {path} is not a directory"), **base
+            )
 
     # the objective on this benchmark
     if bench_name == config.objective.benchmark:
@@ -384,17 +477,28 @@ def _verify(
     else:
         margin = v.min_noise_margin
         if calibration is not None:
-            warnings.append(f"calibration failed ({calibration.error.message}); noise margin is the "
-                            f"{margin:.1%} floor")
+            warnings.append(
+                f"calibration failed ({calibration.error.message}); noise margin is the "
+                f"{margin:.1%} floor"
+            )
 
     arms: dict[str, Path] = {"bk": baseline, "candidate": candidate}
     if b0 is not None and b0.resolve() != baseline.resolve():
         arms["b0"] = b0
+    elif b0 is not None:
+        warnings.append("B0 is the same checkout as Bk: the guards vs Bk cover B0")
     judge = Evaluator(config, bench_name, arms)
     qguards = config.quality_for(bench_name)
     runs = 0
-    with Session(bench, arms, seed=v.seed, extra_env=env, drop_env=drop, progress=progress,
-                 on_run=judge.on_run_for(qguards, arms)) as s:
+    with Session(
+        bench,
+        arms,
+        seed=v.seed,
+        extra_env=env,
+        drop_env=drop,
+        progress=progress,
+        on_run=judge.on_run_for(qguards, arms),
+    ) as s:
         err = s.setup() or s.warmup(v.warmup)
         if err is not None:
             return _error(err, runs=s.runs, **base)
@@ -408,15 +512,31 @@ def _verify(
             c, r = s.values("candidate", metric), s.values("bk", metric)
             for arm, vals in (("candidate", c), ("bk", r)):
                 if np.isnan(vals).any() or np.any(vals <= 0):
-                    return _error(RunError(stage=ARM_STAGE[arm], message=(
-                        f"objective metric '{metric}' is missing or not positive in some runs: "
-                        f"{[round(x, 6) for x in vals.tolist()]}")), runs=s.runs, pairs=s.pairs, **base)
+                    return _error(
+                        RunError(
+                            stage=ARM_STAGE[arm],
+                            message=(
+                                f"objective metric '{metric}' is missing or not positive in "
+                                "some runs: "
+                                f"{[round(x, 6) for x in vals.tolist()]}"
+                            ),
+                        ),
+                        runs=s.runs,
+                        pairs=s.pairs,
+                        **base,
+                    )
             gains = log_ratios(c, r) * (1 if direction == "higher" else -1)
             if use_cal:  # the A/A spread, refined by this verification's own pairs
                 margin = calibration.margin_with(gains, v.max_pairs, v.min_noise_margin)
-            look = judge_objective(gains, min_gain=min_gain, noise_margin=margin,
-                                   seed=_seed(v.seed, bench_name, metric, str(target)),
-                                   n_boot=v.bootstrap, level=v.level, alpha=v.alpha)
+            look = judge_objective(
+                gains,
+                min_gain=min_gain,
+                noise_margin=margin,
+                seed=_seed(v.seed, bench_name, metric, str(target)),
+                n_boot=v.bootstrap,
+                level=v.level,
+                alpha=v.alpha,
+            )
             guard_results = judge.guards(s)
             if any(g.status == "fail" for g in guard_results) or look.decision == "reject":
                 break
@@ -429,8 +549,10 @@ def _verify(
             warnings += value_warnings(f"{metric} ({_arm_label(arm)})", s.values(arm, metric))
         if "b0" in arms:
             cb0 = s.values("b0", metric)
-            gain_vs_b0 = math.expm1(float(np.mean(log_ratios(s.values("candidate", metric), cb0)))
-                                    * (1 if direction == "higher" else -1))
+            gain_vs_b0 = math.expm1(
+                float(np.mean(log_ratios(s.values("candidate", metric), cb0)))
+                * (1 if direction == "higher" else -1)
+            )
         else:
             gain_vs_b0 = None
         base_failed = sum(rr.result.failed for rr in s.records["bk"] if rr.result is not None)
@@ -442,30 +564,52 @@ def _verify(
     est = look.log_gain
     ratio_lo, ratio_hi = sorted((math.exp(sign * est.low), math.exp(sign * est.high)))
     objective = ObjectiveResult(
-        benchmark=bench_name, metric=metric, direction=direction,
-        ratio=math.exp(sign * est.point), ratio_ci=Interval(low=ratio_lo, high=ratio_hi, level=est.level),
-        gain=look.gain, gain_ci=Interval(low=look.gain_low, high=look.gain_high, level=est.level),
-        gain_vs_b0=gain_vs_b0, p_value=look.p_value, min_gain=min_gain, noise_margin=margin,
+        benchmark=bench_name,
+        metric=metric,
+        direction=direction,
+        ratio=math.exp(sign * est.point),
+        ratio_ci=Interval(low=ratio_lo, high=ratio_hi, level=est.level),
+        gain=look.gain,
+        gain_ci=Interval(low=look.gain_low, high=look.gain_high, level=est.level),
+        gain_vs_b0=gain_vs_b0,
+        p_value=look.p_value,
+        min_gain=min_gain,
+        noise_margin=margin,
     )
 
     # guards on other benchmarks, once the objective is accepted
-    other = sorted({g.benchmark for g in config.guards if g.benchmark and g.benchmark != bench_name}
-                   | {q.benchmark for q in config.quality if q.benchmark and q.benchmark != bench_name})
-    if (look.decision == "accept" and not any(g.status == "fail" for g in guard_results)
-            and bench_name == config.objective.benchmark):
+    other = sorted(
+        {g.benchmark for g in config.guards if g.benchmark and g.benchmark != bench_name}
+        | {q.benchmark for q in config.quality if q.benchmark and q.benchmark != bench_name}
+    )
+    if (
+        look.decision == "accept"
+        and not any(g.status == "fail" for g in guard_results)
+        and bench_name == config.objective.benchmark
+    ):
         for other_name in other:
             ob = config.benchmarks[other_name]
             oj = Evaluator(config, other_name, arms)
-            with Session(ob, arms, seed=_seed(v.seed, other_name), extra_env=env, drop_env=drop,
-                         progress=progress, on_run=oj.on_run_for(config.quality_for(other_name), arms),
-                         run_offset=runs) as os_:
+            with Session(
+                ob,
+                arms,
+                seed=_seed(v.seed, other_name),
+                extra_env=env,
+                drop_env=drop,
+                progress=progress,
+                on_run=oj.on_run_for(config.quality_for(other_name), arms),
+                run_offset=runs,
+            ) as os_:
                 err = os_.setup() or os_.warmup(v.warmup) or os_.add_pairs(v.initial_pairs)
                 runs += os_.runs
                 if err is not None:
                     return _error(err, runs=runs, pairs=pairs, objective=objective, **base)
                 guard_results += oj.guards(os_)
-                metrics += [m.model_copy(update={"name": f"{other_name}.{m.name}"})
-                            for m in oj.metrics(os_) if _category(m.name)]
+                metrics += [
+                    m.model_copy(update={"name": f"{other_name}.{m.name}"})
+                    for m in oj.metrics(os_)
+                    if _category(m.name)
+                ]
                 warnings += oj.warnings
     warnings += judge.warnings
     if calibration is None:
@@ -474,9 +618,17 @@ def _verify(
     decision, reason, quarantined = _decide(look, guard_results, pairs, v.max_pairs)
     _emit_done(progress, runs, pairs, bench_name, decision)
     return Verdict(
-        decision=decision, reason=reason, objective=objective, metrics=tuple(metrics),
-        guards=tuple(guard_results), tradeoffs=tuple(tradeoffs(metrics)), warnings=tuple(dict.fromkeys(warnings)),
-        pairs=pairs, runs=runs, quarantined=quarantined, **base,
+        decision=decision,
+        reason=reason,
+        objective=objective,
+        metrics=tuple(metrics),
+        guards=tuple(guard_results),
+        tradeoffs=tuple(tradeoffs(metrics)),
+        warnings=tuple(dict.fromkeys(warnings)),
+        pairs=pairs,
+        runs=runs,
+        quarantined=quarantined,
+        **base,
     )
 
 
@@ -497,21 +649,44 @@ def _decide(look, guards: list[GuardResult], pairs: int, max_pairs: int) -> tupl
     failed = [g for g in guards if g.status == "fail"]
     unclear = [g for g in guards if g.status == "unclear"]
     if failed:
-        names = "; ".join(f"{g.name} vs {REF_LABEL.get(g.against, g.against)}: {g.detail}" for g in failed)
+        names = "; ".join(
+            f"{g.name} vs {REF_LABEL.get(g.against, g.against)}: {g.detail}" for g in failed
+        )
         if look.decision == "reject":
             return "reject", f"objective {look.reason}; guard failed too: {names}", False
         return "reject", f"guard failed: {names}", False
     if look.decision == "reject":
         return "reject", f"objective {look.reason}", False
     if look.decision != "accept":
-        return "inconclusive", f"objective still {look.reason} (cap of {max_pairs} pairs reached)", False
+        return (
+            "inconclusive",
+            f"objective still {look.reason} (cap of {max_pairs} pairs reached)",
+            False,
+        )
     if look.gain > QUARANTINE_GAIN:
-        return "review", (
-            f"QUARANTINED: gain {look.gain:+.0%} is more than 10x; such gains are almost always a broken "
-            f"benchmark or skipped work. A human must inspect the candidate before anything else."), True
+        return (
+            "review",
+            (
+                f"QUARANTINED: gain {look.gain:+.0%} is more than 10x; such gains are almost "
+                "always a broken "
+                "benchmark or skipped work. A human must inspect the candidate before "
+                "anything else."
+            ),
+            True,
+        )
     if unclear:
-        names = "; ".join(f"{g.name} vs {REF_LABEL.get(g.against, g.against)}: {g.detail}" for g in unclear)
-        return "review", f"objective accepted ({look.reason}) but a guard is unclear: {names}", False
+        names = "; ".join(
+            f"{g.name} vs {REF_LABEL.get(g.against, g.against)}: {g.detail}" for g in unclear
+        )
+        return (
+            "review",
+            f"objective accepted ({look.reason}) but a guard is unclear: {names}",
+            False,
+        )
     if look.gain > SUSPICIOUS_GAIN:
-        return "review", f"suspicious gain {look.gain:+.0%} (more than 2x): accepted only after a human looks", False
+        return (
+            "review",
+            f"suspicious gain {look.gain:+.0%} (more than 2x): accepted only after a human looks",
+            False,
+        )
     return "accept", look.reason, False

@@ -20,7 +20,13 @@ from .config import PERCENTILES, BenchmarkConfig, Direction, VerifyConfig, perce
 from .runner import RunRecord, run_once, run_setup
 from .verdict import RunError
 
-ARM_STAGE = {"bk": "baseline", "candidate": "candidate", "b0": "b0", "a": "calibration", "b": "calibration"}
+ARM_STAGE = {
+    "bk": "baseline",
+    "candidate": "candidate",
+    "b0": "b0",
+    "a": "calibration",
+    "b": "calibration",
+}
 
 
 @dataclass(frozen=True)
@@ -105,8 +111,15 @@ class Session:
             return
         try:
             self.progress(
-                ProgressEvent(phase, self.run_offset + self.runs, self.run_offset + self.planned, arm,
-                              self.pairs, self.bench.name, message)
+                ProgressEvent(
+                    phase,
+                    self.run_offset + self.runs,
+                    self.run_offset + self.planned,
+                    arm,
+                    self.pairs,
+                    self.bench.name,
+                    message,
+                )
             )
         except Exception:  # noqa: BLE001 - a broken progress bar never breaks a verdict
             pass
@@ -116,12 +129,20 @@ class Session:
         tail = rec.stderr_tail
         if not tail.strip() and rec.stdout_tail.strip():
             tail = "(stdout)\n" + rec.stdout_tail
-        return RunError(stage=stage, message=f"{what} of benchmark '{self.bench.name}' failed: {rec.error}",
-                        stderr_tail=tail[-4000:])
+        return RunError(
+            stage=stage,
+            message=f"{what} of benchmark '{self.bench.name}' failed: {rec.error}",
+            stderr_tail=tail[-4000:],
+        )
 
     def _run(self, arm: str, phase: str) -> RunRecord:
-        rec = run_once(self.bench, self.arms[arm], extra_env=self.extra_env, drop_env=self.drop_env,
-                       workdir=self._tmp)
+        rec = run_once(
+            self.bench,
+            self.arms[arm],
+            extra_env=self.extra_env,
+            drop_env=self.drop_env,
+            workdir=self._tmp,
+        )
         self.runs += 1
         self._emit(phase, arm)
         return rec
@@ -139,10 +160,14 @@ class Session:
             if cr is None:
                 continue
             if cr.error or cr.timed_out or cr.returncode != 0:
-                why = cr.error or ("timed out" if cr.timed_out else f"exited with status {cr.returncode}")
-                return RunError(stage=ARM_STAGE.get(arm, arm),
-                                message=f"setup of benchmark '{self.bench.name}' failed: {why}",
-                                stderr_tail=(cr.stderr_tail or cr.stdout_tail)[-4000:])
+                why = cr.error or (
+                    "timed out" if cr.timed_out else f"exited with status {cr.returncode}"
+                )
+                return RunError(
+                    stage=ARM_STAGE.get(arm, arm),
+                    message=f"setup of benchmark '{self.bench.name}' failed: {why}",
+                    stderr_tail=(cr.stderr_tail or cr.stdout_tail)[-4000:],
+                )
         return None
 
     def warmup(self, n: int) -> RunError | None:
@@ -198,9 +223,15 @@ class Session:
             for q in PERCENTILES:
                 out[percentile_name(series, q)] = d
         out.update(b.metrics)
-        if self._everywhere(lambda r: r.result is not None and "device_peak_memory_mib" in r.result.metrics):
+        if self._everywhere(
+            lambda r: r.result is not None and "device_peak_memory_mib" in r.result.metrics
+        ):
             out["device_peak_memory_mib"] = "lower"
-        return {m: d for m, d in out.items() if self._everywhere(lambda r, m=m: _value(r, m, self) is not None)}
+        return {
+            m: d
+            for m, d in out.items()
+            if self._everywhere(lambda r, m=m: _value(r, m, self) is not None)
+        }
 
     def _everywhere(self, pred) -> bool:
         recs = [r for v in self.records.values() for r in v]
@@ -218,8 +249,11 @@ class Session:
         return None
 
     def per_run(self, arm: str, series: str) -> list[np.ndarray]:
-        return [np.asarray(r.result.samples.get(series, ()), dtype=float)
-                for r in self.records[arm] if r.result is not None]
+        return [
+            np.asarray(r.result.samples.get(series, ()), dtype=float)
+            for r in self.records[arm]
+            if r.result is not None
+        ]
 
     def pooled(self, arm: str, series: str) -> np.ndarray:
         out: list[float] = []

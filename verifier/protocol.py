@@ -67,18 +67,26 @@ class BenchResult(BaseModel):
             if not isinstance(v, list):
                 raise ProtocolError(f"samples.{k} must be a list of numbers, got {_jtype(v)}")
             if not v:
-                raise ProtocolError(f"samples.{k} is empty: report at least one value or leave the series out")
+                raise ProtocolError(
+                    f"samples.{k} is empty: report at least one value or leave the series out"
+                )
             clean_samples[k] = tuple(_number(x, f"samples.{k}[{i}]") for i, x in enumerate(v))
         outputs = _table(data, "outputs")
         counts = _table(data, "counts")
         clean_counts: dict[str, int] = {}
         for k, v in counts.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != int(v) or v < 0:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or float(v) != int(v)
+                or v < 0
+            ):
                 raise ProtocolError(f"counts.{k} must be a non-negative integer, got {v!r}")
             clean_counts[k] = int(v)
         if "requests" in clean_counts and clean_counts.get("failed", 0) > clean_counts["requests"]:
             raise ProtocolError(
-                f"counts.failed ({clean_counts['failed']}) exceeds counts.requests ({clean_counts['requests']})"
+                f"counts.failed ({clean_counts['failed']}) exceeds counts.requests "
+                f"({clean_counts['requests']})"
             )
         missing = [m for m in expected_metrics if m not in clean_metrics]
         if missing:
@@ -88,7 +96,13 @@ class BenchResult(BaseModel):
                 f"the result reports: {have}"
             )
         meta = _table(data, "meta")
-        return cls(metrics=clean_metrics, samples=clean_samples, outputs=outputs, counts=clean_counts, meta=meta)
+        return cls(
+            metrics=clean_metrics,
+            samples=clean_samples,
+            outputs=outputs,
+            counts=clean_counts,
+            meta=meta,
+        )
 
 
 def load_result(path: str | Path, *, expected_metrics: Iterable[str] = ()) -> BenchResult:
@@ -102,7 +116,9 @@ def load_result(path: str | Path, *, expected_metrics: Iterable[str] = ()) -> Be
     if size == 0:
         raise ProtocolError(f"the result file is empty ({p}): write a JSON object to $RSI_RESULT")
     if size > MAX_RESULT_BYTES:
-        raise ProtocolError(f"the result file is {size} bytes, over the {MAX_RESULT_BYTES} byte limit")
+        raise ProtocolError(
+            f"the result file is {size} bytes, over the {MAX_RESULT_BYTES} byte limit"
+        )
     text = p.read_text(encoding="utf-8", errors="replace")
     return parse_result(text, expected_metrics=expected_metrics)
 
@@ -114,13 +130,17 @@ def parse_result(text: str, *, expected_metrics: Iterable[str] = ()) -> BenchRes
         raise
     except json.JSONDecodeError as e:
         snippet = text[max(0, e.pos - 20) : e.pos + 20].replace("\n", "\\n")
-        raise ProtocolError(f"the result is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} "
-                            f"(near {snippet!r})") from None
+        raise ProtocolError(
+            f"the result is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} "
+            f"(near {snippet!r})"
+        ) from None
     return BenchResult.parse(data, expected_metrics=expected_metrics)
 
 
 def _reject_constant(name: str):
-    raise ProtocolError(f"the result contains {name}: report finite numbers only (NaN/Infinity are not allowed)")
+    raise ProtocolError(
+        f"the result contains {name}: report finite numbers only (NaN/Infinity are not allowed)"
+    )
 
 
 def _table(data: dict, key: str) -> dict:
@@ -140,6 +160,10 @@ def _number(v: Any, where: str) -> float:
 
 
 def _jtype(v: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(v), type(v).__name__
-    )
+    return {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)

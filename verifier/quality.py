@@ -16,7 +16,9 @@ import numpy as np
 
 from .config import TOLERANCES, QualityGuard
 
-_PUNCT = re.compile("[" + re.escape(string.punctuation) + "\u2018\u2019\u201c\u201d\u2013\u2014\u2026]")
+_PUNCT = re.compile(
+    "[" + re.escape(string.punctuation) + "\u2018\u2019\u201c\u201d\u2013\u2014\u2026]"
+)
 TENSOR_SUFFIXES = (".npy", ".pt", ".pth")
 
 
@@ -46,7 +48,7 @@ def corpus_wer(references: list[str], hypotheses: list[str]) -> float:
     errors = 0
     words = 0
     keep_r, keep_h = [], []
-    for r, h in zip(refs, hyps):
+    for r, h in zip(refs, hyps, strict=True):
         if not r:
             errors += len(h.split())
         else:
@@ -124,16 +126,26 @@ def load_tensor(path: str, base: Path | list[Path]) -> tuple[np.ndarray, str]:
         try:
             import torch  # lazily: only for .pt outputs
         except ImportError:
-            raise QualityError(f"{p.name} is a torch file but torch is not installed; save .npy instead") from None
+            raise QualityError(
+                f"{p.name} is a torch file but torch is not installed; save .npy instead"
+            ) from None
         try:
             t = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001
             raise QualityError(f"cannot read {p.name}: {e}") from None
         if not isinstance(t, torch.Tensor):
             raise QualityError(f"{p.name} holds a {type(t).__name__}, not a tensor")
-        name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
-                torch.float64: "fp64"}.get(t.dtype, str(t.dtype).replace("torch.", ""))
-        arr = t.detach().float().numpy() if t.dtype in (torch.bfloat16, torch.float16) else t.detach().numpy()
+        name = {
+            torch.float32: "fp32",
+            torch.float16: "fp16",
+            torch.bfloat16: "bf16",
+            torch.float64: "fp64",
+        }.get(t.dtype, str(t.dtype).replace("torch.", ""))
+        arr = (
+            t.detach().float().numpy()
+            if t.dtype in (torch.bfloat16, torch.float16)
+            else t.detach().numpy()
+        )
         if name == "fp16":
             arr = arr.astype(np.float16)
         return arr, name
@@ -155,7 +167,9 @@ def snapshot(outputs: dict, guards: list[QualityGuard], bases: list[Path]) -> di
             continue
         value = outputs[key]
         needs_tensor = any(g.kind == "allclose" and g.output == key for g in guards) or (
-            any(g.kind == "output_length" and g.output == key for g in guards) and _has_tensor_paths(value))
+            any(g.kind == "output_length" and g.output == key for g in guards)
+            and _has_tensor_paths(value)
+        )
         if not needs_tensor:
             snap[key] = value
             continue
@@ -183,20 +197,23 @@ def _tensors(value: Any, bases: list[Path]) -> list[tuple[np.ndarray, str]]:
         try:
             a = np.asarray(value, dtype=float)
         except (TypeError, ValueError):
-            raise QualityError("inline outputs for allclose must be a (nested) list of numbers") from None
+            raise QualityError(
+                "inline outputs for allclose must be a (nested) list of numbers"
+            ) from None
         return [(a, "fp64")]
     raise QualityError("outputs for allclose must be a path, a list of paths, or a list of numbers")
 
 
-def allclose(cand: list[tuple[np.ndarray, str]], ref: list[tuple[np.ndarray, str]], guard: QualityGuard
-             ) -> tuple[bool, float, str]:
+def allclose(
+    cand: list[tuple[np.ndarray, str]], ref: list[tuple[np.ndarray, str]], guard: QualityGuard
+) -> tuple[bool, float, str]:
     """(ok, max abs error, detail) comparing tensors with the per-dtype tolerances."""
     if len(cand) != len(ref):
         return False, float("inf"), f"{len(cand)} tensors vs {len(ref)} in the reference"
     worst = 0.0
     details = []
     ok = True
-    for i, ((c, cd), (r, rd)) in enumerate(zip(cand, ref)):
+    for i, ((c, cd), (r, rd)) in enumerate(zip(cand, ref, strict=True)):
         if c.shape != r.shape:
             return False, float("inf"), f"tensor {i}: shape {c.shape} vs reference {r.shape}"
         if cd != rd and guard.dtype is None:
@@ -211,7 +228,11 @@ def allclose(cand: list[tuple[np.ndarray, str]], ref: list[tuple[np.ndarray, str
         c64 = c.astype(np.float64)
         r64 = r.astype(np.float64)
         if not np.isfinite(c64).all() and not np.array_equal(np.isfinite(c64), np.isfinite(r64)):
-            return False, float("inf"), f"tensor {i}: non-finite values where the reference has none"
+            return (
+                False,
+                float("inf"),
+                f"tensor {i}: non-finite values where the reference has none",
+            )
         diff = np.abs(c64 - r64)
         finite = np.isfinite(diff)
         err = float(diff[finite].max()) if finite.any() else 0.0
@@ -220,8 +241,12 @@ def allclose(cand: list[tuple[np.ndarray, str]], ref: list[tuple[np.ndarray, str
         if not close.all():
             ok = False
             bad = int((~close).sum())
-            details.append(f"tensor {i} ({row}): {bad}/{c.size} elements outside rtol={rtol:g} atol={atol:g}, "
-                           f"max abs error {err:.3g}")
+            details.append(
+                f"tensor {i} ({row}): {bad}/{c.size} elements outside rtol={rtol:g} atol={atol:g}, "
+                f"max abs error {err:.3g}"
+            )
         else:
-            details.append(f"tensor {i} ({row}): max abs error {err:.3g} within rtol={rtol:g} atol={atol:g}")
+            details.append(
+                f"tensor {i} ({row}): max abs error {err:.3g} within rtol={rtol:g} atol={atol:g}"
+            )
     return ok, worst, "; ".join(details)

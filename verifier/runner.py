@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -35,7 +36,9 @@ from .protocol import BenchResult, ProtocolError, load_result
 
 TAIL_CHARS = 4000
 POLL_S = 0.01
-_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|(^|_)API_?KEY|_KEY$|^AWS_|^GH_", re.IGNORECASE)
+_SECRET = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|(^|_)API_?KEY|_KEY$|^AWS_|^GH_", re.IGNORECASE
+)
 
 
 @dataclass
@@ -72,10 +75,16 @@ class CommandResult:
     extra: dict = field(default_factory=dict)
 
 
-def child_env(base: dict[str, str] | None = None, extra: dict[str, str] | None = None,
-              drop: tuple[str, ...] = ()) -> dict[str, str]:
-    env = {k: v for k, v in (os.environ if base is None else base).items()
-           if not _SECRET.search(k) and k not in drop}
+def child_env(
+    base: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if not _SECRET.search(k) and k not in drop
+    }
     env.update(extra or {})
     return env
 
@@ -155,7 +164,9 @@ def run_command(
                 start_new_session=True,
             )
         except OSError as e:
-            return CommandResult(None, 0.0, False, "", "", error=f"could not start the command: {e}")
+            return CommandResult(
+                None, 0.0, False, "", "", error=f"could not start the command: {e}"
+            )
 
         def read_stdout() -> None:
             assert proc.stdout is not None
@@ -221,7 +232,26 @@ def run_once(
     drop_env: tuple[str, ...] = (),
     workdir: Path | None = None,
 ) -> RunRecord:
-    """One repetition of ``bench`` in ``checkout``. Never raises."""
+    """One repetition of ``bench`` in ``checkout``. Never raises.
+
+    Result and output files go to a fresh directory under ``workdir`` (the
+    caller removes it); without ``workdir`` a temporary one is removed at once
+    and ``output_dir`` is empty."""
+    rec = _run_once(bench, checkout, extra_env=extra_env, drop_env=drop_env, workdir=workdir)
+    if workdir is None and rec.output_dir:
+        shutil.rmtree(Path(rec.output_dir).parent, ignore_errors=True)
+        rec.output_dir = ""
+    return rec
+
+
+def _run_once(
+    bench: BenchmarkConfig,
+    checkout: Path,
+    *,
+    extra_env: dict[str, str] | None,
+    drop_env: tuple[str, ...],
+    workdir: Path | None,
+) -> RunRecord:
     try:
         tmp = Path(tempfile.mkdtemp(prefix="rsi-run-", dir=workdir))
         result_path = tmp / "result.json"
@@ -238,7 +268,10 @@ def run_once(
             drop=drop_env,
         )
         cr = run_command(
-            bench.command, cwd=Path(checkout), env=env, timeout_s=bench.timeout_s,
+            bench.command,
+            cwd=Path(checkout),
+            env=env,
+            timeout_s=bench.timeout_s,
             ready_pattern=bench.ready_pattern,
         )
     except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
@@ -261,8 +294,11 @@ def run_once(
         rec.error = f"timed out after {bench.timeout_s:g} s (the whole process group was killed)"
         return rec
     if cr.returncode != 0:
-        how = (f"killed by signal {-cr.returncode}" if cr.returncode is not None and cr.returncode < 0
-               else f"exited with status {cr.returncode}")
+        how = (
+            f"killed by signal {-cr.returncode}"
+            if cr.returncode is not None and cr.returncode < 0
+            else f"exited with status {cr.returncode}"
+        )
         rec.error = f"the benchmark {how}"
         return rec
     if bench.ready_pattern and cr.ready_s is None:
@@ -280,13 +316,20 @@ def run_once(
     return rec
 
 
-def run_setup(bench: BenchmarkConfig, checkout: Path, *, extra_env: dict[str, str] | None = None,
-              drop_env: tuple[str, ...] = ()) -> CommandResult | None:
+def run_setup(
+    bench: BenchmarkConfig,
+    checkout: Path,
+    *,
+    extra_env: dict[str, str] | None = None,
+    drop_env: tuple[str, ...] = (),
+) -> CommandResult | None:
     """Run the benchmark's ``setup`` once in ``checkout`` (None when it has none)."""
     if not bench.setup:
         return None
     env = child_env(extra={**bench.env, **bench.setting_env(), **(extra_env or {})}, drop=drop_env)
     try:
-        return run_command(bench.setup, cwd=Path(checkout), env=env, timeout_s=bench.timeout_s, measure=False)
+        return run_command(
+            bench.setup, cwd=Path(checkout), env=env, timeout_s=bench.timeout_s, measure=False
+        )
     except Exception as e:  # noqa: BLE001
         return CommandResult(None, 0.0, False, "", "", error=f"could not run setup: {e!r}")

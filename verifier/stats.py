@@ -190,7 +190,9 @@ def clustered_percentile_ci(
     done = 0
     while done < n_boot:
         m = min(chunk, n_boot - done)
-        out[done : done + m] = f(_cluster_percentiles(c_runs, q, rng, m)) - f(_cluster_percentiles(r_runs, q, rng, m))
+        out[done : done + m] = f(_cluster_percentiles(c_runs, q, rng, m)) - f(
+            _cluster_percentiles(r_runs, q, rng, m)
+        )
         done += m
     lo, hi = np.quantile(out, [(1 - level) / 2, (1 + level) / 2])
     return Estimate(point, float(lo), float(hi), level)
@@ -242,15 +244,29 @@ def judge_objective(
     n = g.size
     ci = f"{gain:+.2%} [{lo:+.2%}, {hi:+.2%}]"
     if hi < 0:
-        return ObjectiveLook(n, gain, lo, hi, est, p, "reject", f"clearly worse: {ci} after {n} pairs")
+        return ObjectiveLook(
+            n, gain, lo, hi, est, p, "reject", f"clearly worse: {ci} after {n} pairs"
+        )
     if min_gain > 0 and hi < min_gain:
         return ObjectiveLook(
-            n, gain, lo, hi, est, p, "reject",
+            n,
+            gain,
+            lo,
+            hi,
+            est,
+            p,
+            "reject",
             f"no gain worth keeping: {ci} lies below min_gain {min_gain:.2%} after {n} pairs",
         )
     if lo > noise_margin and p < alpha and gain >= min_gain:
         return ObjectiveLook(
-            n, gain, lo, hi, est, p, "accept",
+            n,
+            gain,
+            lo,
+            hi,
+            est,
+            p,
+            "accept",
             f"gain {ci} clears the noise margin {noise_margin:.2%}, p={p:.2g}, after {n} pairs",
         )
     why = []
@@ -260,7 +276,9 @@ def judge_objective(
         why.append(f"signed-rank p={p:.2g} >= {alpha:g}")
     if gain < min_gain:
         why.append(f"point gain {gain:+.2%} below min_gain {min_gain:.2%}")
-    return ObjectiveLook(n, gain, lo, hi, est, p, "continue", f"unclear after {n} pairs: {ci}; " + "; ".join(why))
+    return ObjectiveLook(
+        n, gain, lo, hi, est, p, "continue", f"unclear after {n} pairs: {ci}; " + "; ".join(why)
+    )
 
 
 def sequential_schedule(initial: int, step: int, max_pairs: int) -> list[int]:
@@ -294,7 +312,13 @@ def run_sequential(
         g = np.concatenate([g, np.asarray(draw_pairs(target - g.size), dtype=float)])
         margin = noise_margin(g) if callable(noise_margin) else noise_margin
         look = judge_objective(
-            g, min_gain=min_gain, noise_margin=margin, seed=seed, n_boot=n_boot, level=level, alpha=alpha
+            g,
+            min_gain=min_gain,
+            noise_margin=margin,
+            seed=seed,
+            n_boot=n_boot,
+            level=level,
+            alpha=alpha,
         )
         if look.decision != "continue":
             return look.decision, look

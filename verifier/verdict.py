@@ -144,9 +144,10 @@ class Verdict(_Frozen):
     error: RunError | None = None
     started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     duration_s: float = 0.0
-    # optional additions (readers of older verdicts get the defaults)
-    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)  # the benchmark's fixed settings
-    quarantined: bool = False  # gain above 10x: a human must look before anything else happens
+    # optional additions (readers of older verdicts get the defaults):
+    # the benchmark's fixed settings, and whether a gain above 10x quarantined the candidate
+    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    quarantined: bool = False
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

@@ -121,6 +121,9 @@ def _fused_one(x, tables, layout, interleaved):
     c1, c2, ns1, s2 = tables  # [S, D/2] each
     out = _alloc.empty_like(x, memory_format=torch.contiguous_format)
     S, es = _seq(x, layout), x.element_size()
+    if x.numel() * es <= 2 * BLOCK_BYTES:  # small (decode): one block
+        _rotate_into(x, out, *(_bcast(t, layout) for t in (c1, c2, ns1, s2)), interleaved)
+        return out
     if layout == "BSND":  # blocks of positions: [step, N, D] per batch row
         step = max(1, BLOCK_BYTES // max(1, x[0, 0].numel() * es))
         c1, c2, ns1, s2 = (t.unsqueeze(1) for t in (c1, c2, ns1, s2))

@@ -76,7 +76,7 @@ def _flow(fake, repo, url, store, *, on_running=None):
         assert p.pull.draft
         assert [u.login for u in p.pull.requested_reviewers] == ["alice"]
         (report,) = ours(fake, repo, p.number, render.REPORT)
-        assert "accepted" in report.body and "comparing" in report.body, report.body
+        assert "accepted" in report.body.lower() and "comparing" in report.body, report.body
         checks = fake.check_runs(repo, p.pull.head_sha, "rsi/verifier")
         assert [c.conclusion for c in checks] == ["success"]
     assert len(ours(fake, repo, n, render.STATUS)) == 1

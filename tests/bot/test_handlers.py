@@ -46,7 +46,7 @@ def test_label_by_writer_runs_rounds_and_opens_draft_prs(make_bot, fake_github, 
         assert [u.login for u in p.pull.requested_reviewers] == ["alice"]
         assert f"#{n}" in p.body
         (report,) = ours(fake_github, target, p.number, render.REPORT)
-        assert "accepted" in report.body and "| throughput (higher) |" in report.body
+        assert "accepted" in report.body.lower() and "| **throughput**" in report.body
         (check,) = fake_github.check_runs(target, p.pull.head_sha, "rsi/verifier")
         assert check.conclusion == "success"
         assert fake_github.branch_sha(target, p.pull.head_ref) == p.pull.head_sha
@@ -265,3 +265,53 @@ def test_installation_events(make_bot, fake_github, target):
     p2 = load_payload("installation", "deleted")
     bot.deliver(WebhookEvent("installation", p2))
     assert bot.store.installation(p2["installation"]["id"]) is None
+
+
+def test_rebaseline_command(make_bot, fake_github, target):
+    harness = FakeHarness()
+    bot, n = started(make_bot, fake_github, target, harness)
+    fake_github.commit_files(target, "main", {"README.md": "a human's change\n"},
+                             message="Unrelated change")
+    main = fake_github.branch_sha(target, "main")
+    bot.deliver(fake_github.comment(target, n, "/rsi rebaseline", by="alice"))
+    assert ("rebaseline", main) in harness.calls
+    task = bot.store.find_task(target, n)
+    assert task.bk_sha == main
+    for p in fake_github.pulls(target):
+        assert fake_github.check_runs(target, p.pull.head_sha, "rsi/verifier")[-1].conclusion \
+            == "success"
+        assert git_is_ancestor(fake_github, target, main, p.pull.head_sha)
+
+
+def git_is_ancestor(fake_github, repo, a, b) -> bool:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(fake_github.repo(repo).bare), "merge-base",
+                           "--is-ancestor", a, b]).returncode == 0
+
+
+def test_stop_while_running(make_bot, fake_github, target):
+    import threading
+
+    harness = FakeHarness()
+    harness.gate = threading.Event()
+    bot = make_bot(harness)
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"), drain=False)
+    bot.worker.run_once()  # the label event: queues run_task
+    runner = threading.Thread(target=bot.worker.run_once)  # run_task, held in round 1
+    runner.start()
+    from tests.bot._support import wait_until
+
+    wait_until(lambda: bot.store.find_task(target, n).state == "running", 30)
+    from bot.service import job_handler
+    from bot.worker import Worker
+
+    other = Worker(bot.store, job_handler(bot.ctx), owner="w2", poll_s=0.01)
+    bot.store.record_delivery("stop-1", "issue_comment", "created",
+                              fake_github.comment(target, n, "/rsi stop", by="alice").payload)
+    assert other.run_once()
+    harness.gate.set()
+    runner.join(30)
+    t = bot.store.find_task(target, n)
+    assert t.stop and t.state == "stopped" and t.rounds_done == 1

@@ -50,19 +50,37 @@ def test_marker_first_line_and_unique_kinds():
 
 
 def test_report_has_the_required_parts():
-    text = render.report_comment(verdict(), history=[("B0", 40.0), ("#1", 47.0)],
-                                 ledger=[{"id": "3/1", "decision": "accept"}])
-    assert text.startswith(render.marker(render.REPORT))
-    assert "accepted" in text
+    text = render.report_comment(verdict(), pr_note="🔁 Re-verified.",
+                                 history=[("B0", 40.0, 40.0), ("#1", 47.0, 42.0)])
+    assert text.startswith(render.marker(render.REPORT) + "\n🔁 Re-verified.")
+    assert "Accepted" in text or "accepted" in text
+    assert "comparing" in text and "cacacacaca" in text and "bkbkbkbkbk" in text
+    assert "b0b0b0b0b0" in text
+    assert "| metric | B0 | Bk | candidate |" in text and "95% interval" in text
+    for name in ("throughput", "latency_p95_s", "peak_rss_mib", "WER"):
+        assert name in text
+    assert "peak memory +4.0%" in text
+    assert "```mermaid" in text
+    assert "<details>" in text and "Xeon" in text
+    assert len(text) < render.COMMENT_LIMIT
+
+
+def test_fallback_report_without_harness_report():
+    text = render._fallback_report(verdict(), history=[("B0", 40.0), ("#1", 47.0)],
+                                   ledger=[{"id": "3/1", "decision": "accept"}])
     assert "comparing cacacacaca with Bk bkbkbkbkbk and B0 b0b0b0b0b0 on cpu" in text
-    assert "| metric | B0 | Bk | candidate | change | 95% interval | verdict |" in text
     assert "| throughput (higher) | 40 | 42 | 47 | +12.0% | +9.0% … +15.0% | objective: accept |" \
         in text
-    assert "latency_p95_s" in text and "peak_rss_mib" in text and "WER" in text
-    assert "peak memory +4.0%" in text
-    assert "```mermaid" in text and "line [40, 47]" in text
-    assert "<details>" in text and '"id": "3/1"' in text and "Xeon" in text
-    assert len(text) < render.COMMENT_LIMIT
+    assert "line [40, 47]" in text and '"id": "3/1"' in text
+
+
+def test_report_with_ledger_records():
+    from harness.ledger import LedgerRecord
+
+    recs = [LedgerRecord.from_verdict(verdict(), id="3/1", task="3", round=1, candidate=1,
+                                      agent="replay", hypothesis="cache it", status="open")]
+    text = render.report_comment(verdict(), ledger=recs)
+    assert "Ledger (1 records)" in text and "cache it" in text
 
 
 def test_report_is_cut_to_the_limit():

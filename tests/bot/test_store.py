@@ -207,3 +207,28 @@ def test_restart_keeps_everything(db_url, clock):
     clock.t += 6
     assert s2.claim("w2").kind == "event"
     s2.close()
+
+
+def test_concurrent_claimers_take_one_job_per_lane(store):
+    for _ in range(10):
+        store.enqueue("x", {}, lane="task:9")
+    got = []
+    barrier = threading.Barrier(6)
+
+    def go():
+        barrier.wait()
+        got.append(store.claim(f"w{threading.get_ident()}"))
+
+    threads = [threading.Thread(target=go) for _ in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sum(j is not None for j in got) == 1
+    assert store.job_counts()["running"] == 1
+
+
+def test_expired_job_resumes_before_its_lane_moves_on(store, clock):
+    first = store.enqueue("x", {}, lane="task:1")
+    store.enqueue("x", {}, lane="task:1")
+    store.claim("dead", lease_s=1)
+    clock.t += 2
+    assert store.claim("w").id == first

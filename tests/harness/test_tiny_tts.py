@@ -31,7 +31,7 @@ def _copy(tmp_path: Path, name: str = "tts") -> Path:
 
 def _apply(repo: Path, patch: Path, check: bool = False) -> subprocess.CompletedProcess:
     args = ["git", "apply", "--whitespace=nowarn"] + (["--check"] if check else []) + [str(patch)]
-    return subprocess.run(args, cwd=repo, capture_output=True, text=True)
+    return subprocess.run(args, cwd=repo, check=False, capture_output=True, text=True)
 
 
 # ------------------------------------------------------------ no torch needed
@@ -105,7 +105,7 @@ def test_text_roundtrip():
 def _bench(repo: Path, tmp_path: Path, *args: str) -> tuple[dict, str]:
     out = tmp_path / f"result-{repo.name}.json"
     env = {**os.environ, "RSI_RESULT": str(out)}
-    proc = subprocess.run([sys.executable, "bench/tts.py", *args], cwd=repo, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "bench/tts.py", *args], cwd=repo, env=env, check=False, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(out.read_text()), proc.stdout

@@ -31,6 +31,22 @@ def test_measure_takes_the_median(monkeypatch):
     assert tuner.measure(lambda: None, "cpu", warmup=0, min_repeats=5, max_repeats=5) == 3.0
 
 
+def test_measure_many_interleaves_rounds_and_takes_medians(monkeypatch):
+    order = []
+    fake = {"a": [3.0, 1.0, 2.0], "b": [10.0, 30.0, 20.0]}
+
+    def time_once(fn, device):
+        name = fn()
+        order.append(name)
+        return fake[name].pop(0)
+
+    monkeypatch.setattr(_device, "time_once", time_once)
+    got = tuner.measure_many({"a": lambda: "a", "b": lambda: "b"}, "cpu", warmup=0,
+                             min_repeats=3, max_repeats=3)
+    assert got == {"a": 2.0, "b": 20.0}
+    assert order == ["a", "b", "b", "a", "a", "b"]  # rounds, in rotating order
+
+
 def test_winners_persist_and_later_processes_read_them(kernels_env, monkeypatch):
     q, k, cos, sin = rope_call_args()
     args = (q, k, cos, sin, "BSND", False)
@@ -47,7 +63,7 @@ def test_winners_persist_and_later_processes_read_them(kernels_env, monkeypatch)
     # a new process (fresh decisions) answers from the cache: no gate, no timing
     kernels.reset()
     monkeypatch.setattr(gate, "check", lambda *a, **k: pytest.fail("gated again"))
-    monkeypatch.setattr(tuner, "measure", lambda *a, **k: pytest.fail("timed again"))
+    monkeypatch.setattr(tuner, "measure_many", lambda *a, **k: pytest.fail("timed again"))
     assert REGISTRY.ranking("rope", args) == entry["ranking"]
     kernels.rope(q, k, cos, sin)
 
@@ -58,8 +74,8 @@ def test_cache_is_keyed_by_device_fingerprint(kernels_env, monkeypatch):
     kernels.reset()
     monkeypatch.setattr(_device, "fingerprint", lambda device: "cpu|another machine")
     timed = []
-    real = tuner.measure
-    monkeypatch.setattr(tuner, "measure", lambda *a, **k: timed.append(1) or real(*a, **k))
+    real = tuner.measure_many
+    monkeypatch.setattr(tuner, "measure_many", lambda *a, **k: timed.append(1) or real(*a, **k))
     kernels.rope(q, k, cos, sin)
     assert timed  # a different fingerprint is tuned anew, and kept beside the first
     assert len(json.loads(kernels_env.read_text())["devices"]) == 2
@@ -103,7 +119,7 @@ def test_unwritable_cache_does_not_break_calls(monkeypatch, tmp_path, caplog):
 
 def test_autotune_off_ranks_by_priority(monkeypatch, kernels_env):
     monkeypatch.setenv("RSI_KERNELS_AUTOTUNE", "0")
-    monkeypatch.setattr(tuner, "measure", lambda *a, **k: pytest.fail("timed"))
+    monkeypatch.setattr(tuner, "measure_many", lambda *a, **k: pytest.fail("timed"))
     q, k, cos, sin = rope_call_args()
     assert REGISTRY.ranking("rope", (q, k, cos, sin, "BSND", False)) == ["fused", "realexpr", "eager"]
 

@@ -12,7 +12,7 @@ import pytest
 # A real CPU workload: a loop whose size work.txt sets, timed with process time
 # (steady on a loaded machine). mode.txt switches on misbehaviours.
 BENCH = textwrap.dedent(
-    r'''
+    r"""
     import json, os, sys, time
     work = int(open("work.txt").read())
     mode = open("mode.txt").read().strip() if os.path.exists("mode.txt") else ""
@@ -22,8 +22,10 @@ BENCH = textwrap.dedent(
     if mode == "hang":
         time.sleep(60)
     if mode == "env":
-        out = {k: v for k, v in os.environ.items() if k.startswith(("RSI_", "HIDDEN_", "MY_", "GITHUB_TOKEN"))}
-        json.dump({"metrics": {"loop_cpu_s": 1.0}, "outputs": {"env": out}}, open(os.environ["RSI_RESULT"], "w"))
+        keep = ("RSI_", "HIDDEN_", "MY_", "GITHUB_TOKEN")
+        out = {k: v for k, v in os.environ.items() if k.startswith(keep)}
+        result = {"metrics": {"loop_cpu_s": 1.0}, "outputs": {"env": out}}
+        json.dump(result, open(os.environ["RSI_RESULT"], "w"))
         sys.exit(0)
     print("READY", flush=True)
     t = time.process_time()
@@ -44,7 +46,7 @@ BENCH = textwrap.dedent(
                "samples": {"latency_s": [el / 4] * 4},
                "outputs": {"texts": texts},
                "counts": {"requests": 4, "failed": failed}}, open(os.environ["RSI_RESULT"], "w"))
-    '''
+    """
 )
 
 CONFIG = f'''
@@ -82,9 +84,17 @@ def make_checkout(path: Path, work: int = BASE_WORK, mode: str = "", config: str
 
 
 def git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(repo), "PATH": "/usr/bin:/bin:/usr/local/bin"}
-    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True)
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "HOME": str(repo),
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
+    p = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
+    )
     return p.stdout.strip()
 
 
@@ -92,6 +102,7 @@ def git(repo: Path, *args: str) -> str:
 def checkout(tmp_path):
     def make(name: str, **kw) -> Path:
         return make_checkout(tmp_path / name, **kw)
+
     return make
 
 
@@ -108,10 +119,17 @@ def target_repo(tmp_path_factory) -> Path:
         ("fast", lambda: (repo / "work.txt").write_text(str(int(BASE_WORK * 0.6)))),
         ("slow", lambda: (repo / "work.txt").write_text(str(int(BASE_WORK * 1.6)))),
         ("same", lambda: (repo / "README").write_text("docs only\n")),
-        ("loose", lambda: ((repo / "work.txt").write_text(str(int(BASE_WORK * 1.6))),
-                           (repo / ".rsi" / "config.toml").write_text(
-                               CONFIG.replace('metric = "loop_cpu_s"\nmin_gain', 'metric = "wall_s"\nmin_gain')
-                               .replace('loop_cpu_s = "lower"', 'loop_cpu_s = "higher"')))),
+        (
+            "loose",
+            lambda: (
+                (repo / "work.txt").write_text(str(int(BASE_WORK * 1.6))),
+                (repo / ".rsi" / "config.toml").write_text(
+                    CONFIG.replace(
+                        'metric = "loop_cpu_s"\nmin_gain', 'metric = "wall_s"\nmin_gain'
+                    ).replace('loop_cpu_s = "lower"', 'loop_cpu_s = "higher"')
+                ),
+            ),
+        ),
     ]:
         git(repo, "checkout", "-q", "-b", branch, "main")
         change()

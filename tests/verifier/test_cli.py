@@ -31,8 +31,10 @@ def test_faster_candidate_accepted(target_repo, tmp_path):
     assert v.decision == "accept", v.reason
     assert "ACCEPT" in res.output and "guards" in res.output and "loop_cpu_s" in res.output
     o = v.objective
-    assert o.direction == "lower" and 0.3 < o.gain < 1.0 and o.ratio_ci.high < 1 and o.p_value < 0.01
-    assert v.pairs == 8 and v.runs == 18  # 1 warm-up per arm + 8 pairs
+    assert (
+        o.direction == "lower" and 0.3 < o.gain < 1.0 and o.ratio_ci.high < 1 and o.p_value < 0.01
+    )
+    assert v.pairs in (8, 12, 16) and v.runs == 2 * (1 + v.pairs)  # 1 warm-up per arm + the pairs
     assert v.shas["bk"] == git(target_repo, "rev-parse", "main")
     assert v.shas["candidate"] == git(target_repo, "rev-parse", "fast")
     assert v.fingerprint is not None and v.fingerprint.cpu_count >= 1
@@ -87,13 +89,31 @@ def test_usage_and_infra_errors_exit_2(target_repo, tmp_path):
 
 def test_calibrate_command(target_repo, tmp_path):
     report = tmp_path / "cal.json"
-    res = runner.invoke(app, ["calibrate", "main", "--repo", str(target_repo), "--pairs", "4",
-                              "--min-gain", "0.5", "--report", str(report)])
+    res = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "main",
+            "--repo",
+            str(target_repo),
+            "--pairs",
+            "4",
+            "--min-gain",
+            "0.5",
+            "--report",
+            str(report),
+        ],
+    )
     assert res.exit_code == 0, res.output
     cal = json.loads(report.read_text())
-    assert cal["pairs"] == 4 and cal["noise_margin"] >= 0.01 and cal["fingerprint"]["cpu_count"] >= 1
+    assert (
+        cal["pairs"] == 4 and cal["noise_margin"] >= 0.01 and cal["fingerprint"]["cpu_count"] >= 1
+    )
     assert "smallest detectable gain" in res.output
-    res = runner.invoke(app, ["calibrate", "main", "--repo", str(target_repo), "--pairs", "3", "--min-gain", "0.001"])
+    res = runner.invoke(
+        app,
+        ["calibrate", "main", "--repo", str(target_repo), "--pairs", "3", "--min-gain", "0.001"],
+    )
     assert res.exit_code == 1 and "too noisy for min_gain 0.10%" in res.output
 
 
@@ -103,14 +123,30 @@ def test_verify_dirs_with_b0_as_a_subprocess(tmp_path):
     cand = make_checkout(tmp_path / "cand", mode="crash")
     out = tmp_path / "v.json"
     p = subprocess.run(
-        [sys.executable, "-m", "verifier", "verify-dirs", str(base), str(cand), "--b0", str(base),
-         "--sha", "bk=abc", "--report", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "verifier",
+            "verify-dirs",
+            str(base),
+            str(cand),
+            "--b0",
+            str(base),
+            "--sha",
+            "bk=abc",
+            "--report",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert p.returncode == 2, p.stderr
     v = Verdict.from_json(out.read_text())
     assert v.decision == "error" and v.error.stage == "candidate" and v.shas == {"bk": "abc"}
-    res = runner.invoke(app, ["verify-dirs", str(base), str(base), "--config", str(tmp_path / "none.toml")])
+    res = runner.invoke(
+        app, ["verify-dirs", str(base), str(base), "--config", str(tmp_path / "none.toml")]
+    )
     assert res.exit_code == 2 and "no .rsi/config.toml" in res.output
 
 

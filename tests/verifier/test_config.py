@@ -44,15 +44,23 @@ def test_minimal_config_from_design_keeps_working():
 
 
 def test_other_sections_are_ignored():
-    text = MINIMAL + '\n[policy]\neditable = ["x/**"]\n[agent]\nkind = "tuner"\n[[knobs]]\nname = "t"\n'
+    text = (
+        MINIMAL
+        + '\n[policy]\neditable = ["x/**"]\n[agent]\nkind = "tuner"\n[[knobs]]\nname = "t"\n'
+    )
     assert VerifyConfig.from_toml(text).objective.metric == "throughput"
 
 
 def test_full_contract_example_parses():
-    text = MINIMAL.replace('ready_pattern = "READY"', '''ready_pattern = "READY"
+    text = (
+        MINIMAL.replace(
+            'ready_pattern = "READY"',
+            """ready_pattern = "READY"
 setup = "true"
 env = { OMP_NUM_THREADS = "2" }
-settings = { device = "cpu", dtype = "fp32", concurrency = 4, seed = 0, fast = true }''') + """
+settings = { device = "cpu", dtype = "fp32", concurrency = 4, seed = 0, fast = true }""",
+        )
+        + """
 [[quality]]
 kind = "wer"
 output = "transcripts"
@@ -71,6 +79,7 @@ calibration_pairs = 6
 env = { TTS_EVAL_SET = "/srv/rsi/hidden/tts.txt" }
 seed_env = "RSI_HIDDEN_SEED"
 """
+    )
     cfg = VerifyConfig.from_toml(text)
     env = cfg.benchmark().setting_env()
     assert env["RSI_SETTING_DTYPE"] == "fp32" and env["RSI_SETTING_CONCURRENCY"] == "4"
@@ -81,7 +90,9 @@ seed_env = "RSI_HIDDEN_SEED"
 def test_unknown_guard_metric_names_what_exists():
     errs = _errors(MINIMAL + '\n[[guards]]\nmetric = "p99"\nmax_ratio = 1.05\n')
     assert len(errs) == 1
-    assert errs[0].startswith("guards[1]: unknown metric 'p99'; benchmark 'tts' declares: throughput, latency_p95_s")
+    assert errs[0].startswith(
+        "guards[1]: unknown metric 'p99'; benchmark 'tts' declares: throughput, latency_p95_s"
+    )
 
 
 def test_errors_are_collected_and_actionable():
@@ -104,12 +115,18 @@ metric = "speed"
     "extra, needle",
     [
         ('[[guards]]\nmetric = "throughput"\nmax_ratio = 1.05\n', "min_ratio = 0.952"),
-        ('[[guards]]\nmetric = "latency_p95_s"\nmax_ratio = 1.05\nmax_delta = 0.1\n', "exactly one bound"),
+        (
+            '[[guards]]\nmetric = "latency_p95_s"\nmax_ratio = 1.05\nmax_delta = 0.1\n',
+            "exactly one bound",
+        ),
         ('[[guards]]\nmetric = "latency_p95_s"\nmax_ratio = 0.9\n', "would demand an improvement"),
-        ('[[guards]]\nmetric = "wall_s"\nbenchmark = "nope"\nmax_ratio = 1.1\n', "unknown benchmark 'nope'"),
-        ('[verifier]\ninitial_pairs = 20\nmax_pairs = 10\n', "raise max_pairs"),
-        ('[verifier]\nbootstrap = 100\n', "verifier.bootstrap"),
-        ('[verifier]\ninitial_pairs = 4\nmax_pairs = 6\n', "needs at least 7 pairs"),
+        (
+            '[[guards]]\nmetric = "wall_s"\nbenchmark = "nope"\nmax_ratio = 1.1\n',
+            "unknown benchmark 'nope'",
+        ),
+        ("[verifier]\ninitial_pairs = 20\nmax_pairs = 10\n", "raise max_pairs"),
+        ("[verifier]\nbootstrap = 100\n", "verifier.bootstrap"),
+        ("[verifier]\ninitial_pairs = 4\nmax_pairs = 6\n", "needs at least 7 pairs"),
         ('[[quality]]\nkind = "wer"\noutput = "t"\n', "give max"),
         ('[hidden]\nenv = { RSI_RESULT = "x" }\n', "reserved"),
     ],
@@ -122,7 +139,10 @@ def test_semantic_errors(extra, needle):
 def test_missing_sections_and_bad_toml():
     assert any("missing [objective]" in e for e in _errors('[benchmarks.a]\ncommand = "x"\n'))
     assert any("not valid TOML" in e for e in _errors("[benchmarks\n"))
-    assert any("[[guards]]" in e for e in _errors(MINIMAL.split("[[guards]]")[0] + "[guards]\nmetric='x'\n"))
+    assert any(
+        "[[guards]]" in e
+        for e in _errors(MINIMAL.split("[[guards]]")[0] + "[guards]\nmetric='x'\n")
+    )
     errs = _errors(MINIMAL.replace('metric = "throughput"', 'metric = "speed"'))
     assert errs[0].startswith("objective: unknown metric 'speed'")
 
@@ -144,8 +164,12 @@ def test_default_guards_where_metrics_exist():
 
 
 def test_user_guard_replaces_default():
-    cfg = VerifyConfig.from_toml(MINIMAL + '\n[[guards]]\nmetric = "peak_rss_mib"\nmax_ratio = 1.5\n')
-    rss = [g for g in cfg.guards_for("tts", {"peak_rss_mib": "lower"}) if g.metric == "peak_rss_mib"]
+    cfg = VerifyConfig.from_toml(
+        MINIMAL + '\n[[guards]]\nmetric = "peak_rss_mib"\nmax_ratio = 1.5\n'
+    )
+    rss = [
+        g for g in cfg.guards_for("tts", {"peak_rss_mib": "lower"}) if g.metric == "peak_rss_mib"
+    ]
     assert len(rss) == 1 and rss[0].max_ratio == 1.5
 
 

@@ -23,7 +23,10 @@ def test_collect_describes_this_machine(monkeypatch):
 
 
 def test_collect_never_imports_torch():
-    code = "import sys, verifier.fingerprint as f, verifier.judge, verifier.probe; f.collect(); print('torch' in sys.modules)"
+    code = (
+        "import sys, verifier.fingerprint as f, verifier.judge, verifier.probe; "
+        "f.collect(); print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -38,8 +38,11 @@ max_ratio = 1.02
 """
 
 
-def _session(arms: dict[str, dict], n: int = 12, seed: int = 0, cfg: str = CFG) -> tuple[Session, VerifyConfig]:
-    """A session filled with fabricated runs: arm -> {"lat": factor, "rss": MiB, "failed": k, "outputs": {}}."""
+def _session(
+    arms: dict[str, dict], n: int = 12, seed: int = 0, cfg: str = CFG
+) -> tuple[Session, VerifyConfig]:
+    """A session filled with fabricated runs: arm -> "
+    "{"lat": factor, "rss": MiB, "failed": k, "outputs": {}}."""
     config = VerifyConfig.from_toml(cfg)
     bench = config.benchmark()
     s = Session(bench, {a: f"/nonexistent/{a}" for a in arms}, seed=seed)
@@ -48,15 +51,23 @@ def _session(arms: dict[str, dict], n: int = 12, seed: int = 0, cfg: str = CFG) 
         for i in range(n):
             noise = float(np.exp(rng.normal(0, 0.002)))
             lat = 0.1 * spec.get("lat", 1.0) * noise
-            s.records[arm].append(RunRecord(
-                ok=True, wall_s=1.0 * noise, peak_rss_mib=spec.get("rss", 100.0) * noise,
-                result=BenchResult(
-                    metrics={"throughput": 10 / lat, "latency_s_mean": lat},
-                    samples={"latency_s": tuple(lat * x for x in (0.8, 0.9, 1.0, 1.1, 1.2 * spec.get("tail", 1.0)))},
-                    outputs=spec.get("outputs", {}),
-                    counts={"requests": 5, "failed": spec.get("failed", 0) if i == 3 else 0},
-                ),
-            ))
+            s.records[arm].append(
+                RunRecord(
+                    ok=True,
+                    wall_s=1.0 * noise,
+                    peak_rss_mib=spec.get("rss", 100.0) * noise,
+                    result=BenchResult(
+                        metrics={"throughput": 10 / lat, "latency_s_mean": lat},
+                        samples={
+                            "latency_s": tuple(
+                                lat * x for x in (0.8, 0.9, 1.0, 1.1, 1.2 * spec.get("tail", 1.0))
+                            )
+                        },
+                        outputs=spec.get("outputs", {}),
+                        counts={"requests": 5, "failed": spec.get("failed", 0) if i == 3 else 0},
+                    ),
+                )
+            )
     return s, config
 
 
@@ -145,7 +156,10 @@ def _quality_eval(cfg_extra: str, cand_out: dict, ref_out: dict, tmp_path=None):
         ev = Evaluator(config, "tts", dict(s.arms))
         guards = config.quality_for("tts")
         bases = [tmp_path] if tmp_path else []
-        ev.snaps = {"candidate": snapshot(cand_out, guards, bases), "bk": snapshot(ref_out, guards, bases)}
+        ev.snaps = {
+            "candidate": snapshot(cand_out, guards, bases),
+            "bk": snapshot(ref_out, guards, bases),
+        }
         return [g for g in ev.guards(s) if g.kind in ("wer", "output_length", "allclose")]
 
 
@@ -155,12 +169,16 @@ def test_wer_guard_against_reference_arm_and_ground_truth():
     assert same[0].status == "pass" and same[0].value == 0
     bad = _quality_eval(extra, {"texts": ["hello word"]}, {"texts": ["hello world"]})
     assert bad[0].status == "fail" and bad[0].value == pytest.approx(0.5)
-    extra_gt = '\n[[quality]]\nkind = "wer"\noutput = "texts"\nreference = "truth"\nmax_delta = 0.01\n'
+    extra_gt = (
+        '\n[[quality]]\nkind = "wer"\noutput = "texts"\nreference = "truth"\nmax_delta = 0.01\n'
+    )
     truth = ["the cat sat on the mat", "a b c d e f g h i j"]
     ref = {"texts": ["the cat sat on a mat", "a b c d e f g h i j"], "truth": truth}
     worse = _quality_eval(extra_gt, {"texts": ["the cat sat on a hat", "a b c d e f g h i j"]}, ref)
     assert worse[0].status == "fail" and "WER rose by" in worse[0].detail
-    equal = _quality_eval(extra_gt, {"texts": ["The cat sat on a mat.", "a b c d e f g h i j"]}, ref)
+    equal = _quality_eval(
+        extra_gt, {"texts": ["The cat sat on a mat.", "a b c d e f g h i j"]}, ref
+    )
     assert equal[0].status == "pass"
     missing = _quality_eval(extra, {}, {"texts": ["x"]})
     assert missing[0].status == "fail" and "no outputs.texts" in missing[0].detail
@@ -204,8 +222,12 @@ def test_allclose_bf16_row_and_overrides():
     cand = ref * (1 + 5e-3)
     g = QualityGuard(kind="allclose", output="t", dtype="bf16")
     assert allclose([(cand, "fp64")], [(ref, "fp64")], g)[0]  # bf16 tolerance: rtol 1.6e-2
-    assert not allclose([(cand, "fp64")], [(ref, "fp64")], QualityGuard(kind="allclose", output="t", dtype="fp32"))[0]
-    assert allclose([(cand, "fp64")], [(ref, "fp64")], QualityGuard(kind="allclose", output="t", rtol=1e-2))[0]
+    assert not allclose(
+        [(cand, "fp64")], [(ref, "fp64")], QualityGuard(kind="allclose", output="t", dtype="fp32")
+    )[0]
+    assert allclose(
+        [(cand, "fp64")], [(ref, "fp64")], QualityGuard(kind="allclose", output="t", rtol=1e-2)
+    )[0]
 
 
 def test_allclose_refuses_shape_dtype_and_nan_changes():

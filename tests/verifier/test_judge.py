@@ -17,15 +17,19 @@ def _cfg(extra: str = "", base: str = CONFIG) -> VerifyConfig:
 def test_b0_arm_and_quality_guards(checkout):
     extra = '\n[[quality]]\nkind = "wer"\noutput = "texts"\nmax = 0.0\n'
     base, b0 = checkout("base"), checkout("b0", work=int(BASE_WORK * 1.1))
-    cal = Calibration.from_log_ratios([0.3, -0.3, 0.25, -0.25, 0.3, -0.3], max_pairs=16, fingerprint=collect())
-    v = verify(base, checkout("cand", work=int(BASE_WORK * 0.6)), _cfg(extra), b0=b0, calibration=cal)
+    cal = Calibration.from_log_ratios(
+        [0.3, -0.3, 0.25, -0.25, 0.3, -0.3], max_pairs=16, fingerprint=collect()
+    )
+    v = verify(
+        base, checkout("cand", work=int(BASE_WORK * 0.6)), _cfg(extra), b0=b0, calibration=cal
+    )
     assert v.decision == "accept", v.reason
     # a (made-up) very noisy calibration widens the margin, refined by the verification's own pairs
     assert cal.noise_margin > v.objective.noise_margin > 0.01
     assert not any("no calibration" in w for w in v.warnings)
     assert {g.against for g in v.guards if g.kind == "wer"} == {"bk", "b0"}
     assert v.objective.gain_vs_b0 is not None and v.objective.gain_vs_b0 > v.objective.gain
-    assert v.runs == 3 * 9
+    assert v.runs == 3 * (1 + v.pairs)  # three arms, 1 warm-up each
     garbled = verify(base, checkout("g", work=int(BASE_WORK * 0.6), mode="garbled"), _cfg(extra))
     assert garbled.decision == "reject" and "WER" in garbled.reason
 
@@ -49,7 +53,11 @@ def test_candidate_crash_is_an_error_not_a_regression(checkout):
 
 def test_bad_result_and_timeout_are_errors(checkout):
     v = verify(checkout("base", mode="badjson"), checkout("cand"), _cfg())
-    assert v.decision == "error" and v.error.stage == "baseline" and "not valid JSON" in v.error.message
+    assert (
+        v.decision == "error"
+        and v.error.stage == "baseline"
+        and "not valid JSON" in v.error.message
+    )
     cfg = _cfg(base=CONFIG.replace("timeout_s = 30", "timeout_s = 1"))
     v = verify(checkout("b2"), checkout("c2", mode="hang"), cfg)
     assert v.decision == "error" and "timed out" in v.error.message
@@ -60,8 +68,14 @@ def test_setup_failure_and_missing_hidden_seed(checkout, monkeypatch):
     v = verify(checkout("base"), checkout("cand"), cfg)
     assert v.decision == "error" and "setup" in v.error.message
     monkeypatch.delenv("RSI_TEST_HIDDEN_SEED", raising=False)
-    v = verify(checkout("b2"), checkout("c2"), _cfg('\n[hidden]\nseed_env = "RSI_TEST_HIDDEN_SEED"\n'))
-    assert v.decision == "error" and v.error.stage == "config" and "RSI_TEST_HIDDEN_SEED" in v.error.message
+    v = verify(
+        checkout("b2"), checkout("c2"), _cfg('\n[hidden]\nseed_env = "RSI_TEST_HIDDEN_SEED"\n')
+    )
+    assert (
+        v.decision == "error"
+        and v.error.stage == "config"
+        and "RSI_TEST_HIDDEN_SEED" in v.error.message
+    )
 
 
 def test_unknown_benchmark_and_missing_checkout(checkout, tmp_path):
@@ -72,17 +86,38 @@ def test_unknown_benchmark_and_missing_checkout(checkout, tmp_path):
 
 
 def test_guards_on_another_benchmark_run_after_acceptance(checkout):
-    extra = CONFIG.replace("[objective]", """[benchmarks.again]
+    extra = CONFIG.replace(
+        "[objective]",
+        """[benchmarks.again]
 command = "{cmd}"
 timeout_s = 30
 [benchmarks.again.metrics]
 loop_cpu_s = "lower"
 
-[objective]""".format(cmd=CONFIG.split('command = "')[1].split('"')[0]))
+[objective]""".format(cmd=CONFIG.split('command = "')[1].split('"')[0]),
+    )
     extra += '\n[[guards]]\nbenchmark = "again"\nmetric = "loop_cpu_s"\nmax_ratio = 1.05\n'
-    v = verify(checkout("base"), checkout("cand", work=int(BASE_WORK * 0.6)), VerifyConfig.from_toml(extra))
+    v = verify(
+        checkout("base"), checkout("cand", work=int(BASE_WORK * 0.6)), VerifyConfig.from_toml(extra)
+    )
     assert v.decision == "accept", v.reason
     g = next(g for g in v.guards if g.name.startswith("loop_cpu_s <= 1.05x (again)"))
     assert g.status == "pass" and g.value < 0.8
-    assert v.runs == 2 * 9 + 2 * 9  # both benchmarks: 1 warm-up + 8 pairs per arm
+    assert v.runs == 2 * (1 + v.pairs) + 2 * (
+        1 + 8
+    )  # the guard's benchmark: 1 warm-up + initial 8 pairs
     assert any(m.name.startswith("again.") for m in v.metrics)
+
+
+def test_an_exception_inside_the_verifier_is_an_error_verdict(checkout, monkeypatch):
+    import verifier.judge as judge
+
+    def boom():
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(judge, "collect", boom)
+    v = verify(checkout("base"), checkout("cand"), _cfg())
+    assert (
+        v.decision == "error" and v.error.stage == "verifier" and "disk on fire" in v.error.message
+    )
+    assert "Traceback" in v.error.stderr_tail

@@ -19,8 +19,13 @@ def test_report_writes_a_valid_result(tmp_path, monkeypatch):
     for _ in range(3):
         with probe.timer(lat):
             sum(range(1000))
-    path = probe.report({"metrics": {"throughput": 3.0}, "samples": {"latency_s": lat},
-                         "counts": {"requests": 3, "failed": 0}})
+    path = probe.report(
+        {
+            "metrics": {"throughput": 3.0},
+            "samples": {"latency_s": lat},
+            "counts": {"requests": 3, "failed": 0},
+        }
+    )
     assert path == out
     r = load_result(out, expected_metrics=["throughput"])
     assert len(r.samples["latency_s"]) == 3 and all(x > 0 for x in r.samples["latency_s"])
@@ -36,8 +41,11 @@ def test_report_refuses_nan_and_prints_without_rsi_result(monkeypatch, capsys):
 
 
 def test_probe_never_imports_torch_itself():
-    code = ("import sys; from verifier import probe; probe.device_peak_memory_mib(); probe.synchronize(); "
-            "print('torch' in sys.modules, probe.device_peak_memory_mib())")
+    code = (
+        "import sys; from verifier import probe; "
+        "probe.device_peak_memory_mib(); probe.synchronize(); "
+        "print('torch' in sys.modules, probe.device_peak_memory_mib())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "None"]
 

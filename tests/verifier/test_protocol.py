@@ -55,9 +55,12 @@ def test_bad_results_say_why(text, needle):
 
 def test_missing_declared_metric():
     with pytest.raises(ProtocolError) as e:
-        parse_result('{"metrics": {"throughput": 1}}', expected_metrics=["throughput", "latency_p95_s"])
-    assert "missing metric(s) 'latency_p95_s' declared in .rsi/config.toml; the result reports: throughput" in str(
-        e.value
+        parse_result(
+            '{"metrics": {"throughput": 1}}', expected_metrics=["throughput", "latency_p95_s"]
+        )
+    assert (
+        "missing metric(s) 'latency_p95_s' declared in .rsi/config.toml; the result reports: "
+        "throughput" in str(e.value)
     )
 
 

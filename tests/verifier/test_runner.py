@@ -15,7 +15,12 @@ def _bench(command: str, **kw) -> BenchmarkConfig:
 
 def test_good_run_measures_wall_startup_and_rss(checkout):
     d = checkout("a")
-    rec = run_once(_bench(f"{sys.executable} bench.py", ready_pattern="READY", metrics={"loop_cpu_s": "lower"}), d)
+    rec = run_once(
+        _bench(
+            f"{sys.executable} bench.py", ready_pattern="READY", metrics={"loop_cpu_s": "lower"}
+        ),
+        d,
+    )
     assert rec.ok, rec.error
     assert rec.result.metrics["loop_cpu_s"] > 0
     assert 0 < rec.startup_s < rec.wall_s
@@ -24,8 +29,13 @@ def test_good_run_measures_wall_startup_and_rss(checkout):
 
 
 def test_peak_rss_covers_the_process_tree(tmp_path):
-    code = "import subprocess,sys; subprocess.run([sys.executable,'-c','b=bytearray(120*2**20); import time; time.sleep(0.4)'])"
-    (tmp_path / "w.py").write_text(code + "\nimport json,os; json.dump({}, open(os.environ['RSI_RESULT'],'w'))\n")
+    code = (
+        "import subprocess,sys; subprocess.run([sys.executable,'-c',"
+        "'b=bytearray(120*2**20); import time; time.sleep(0.4)'])"
+    )
+    (tmp_path / "w.py").write_text(
+        code + "\nimport json,os; json.dump({}, open(os.environ['RSI_RESULT'],'w'))\n"
+    )
     rec = run_once(_bench(f"{sys.executable} w.py"), tmp_path)
     assert rec.ok, rec.error
     assert rec.peak_rss_mib > 120
@@ -68,7 +78,9 @@ def test_ready_pattern_that_never_appears(checkout):
 def test_environment(checkout, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "secret")
     monkeypatch.setenv("MY_VAR", "kept")
-    b = _bench(f"{sys.executable} bench.py", env={"MY_ENV": "1"}, settings={"dtype": "fp16", "threads": 2})
+    b = _bench(
+        f"{sys.executable} bench.py", env={"MY_ENV": "1"}, settings={"dtype": "fp16", "threads": 2}
+    )
     rec = run_once(b, checkout("a", mode="env"), extra_env={"HIDDEN_SET": "/srv/x"})
     assert rec.ok, rec.error
     env = rec.result.outputs["env"]

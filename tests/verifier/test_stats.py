@@ -112,8 +112,13 @@ def test_aa_false_accepts_are_rare():
     accepts = 0
     for i in range(60):
         rng = np.random.default_rng(100 + i)
-        decision, _ = run_sequential(lambda k: rng.normal(0, 0.04, k), min_gain=0.01, noise_margin=0.01,
-                                     seed=i, n_boot=10_000)
+        decision, _ = run_sequential(
+            lambda k, rng=rng: rng.normal(0, 0.04, k),
+            min_gain=0.01,
+            noise_margin=0.01,
+            seed=i,
+            n_boot=10_000,
+        )
         accepts += decision == "accept"
     assert accepts == 0
 
@@ -132,7 +137,9 @@ def test_percentile_intervals():
     runs_r = [rng.lognormal(0, 0.2, 20) for _ in range(10)]
     cl = clustered_percentile_ci(runs_c, runs_r, 95, n_boot=1000)
     assert cl.low < cl.point < cl.high
-    uneven = clustered_percentile_ci(runs_c[:5] + [rng.lognormal(0, 0.2, 7)], runs_r, 95, n_boot=300)
+    uneven = clustered_percentile_ci(
+        runs_c[:5] + [rng.lognormal(0, 0.2, 7)], runs_r, 95, n_boot=300
+    )
     assert uneven.low < uneven.high
 
 
@@ -167,16 +174,22 @@ def test_robust_sd_ignores_one_outlier():
 
 def test_calibration_margin_and_refusal():
     rng = np.random.default_rng(14)
-    quiet = Calibration.from_log_ratios(rng.normal(0, 0.005, 6), max_pairs=30, benchmark="b", metric="m")
+    quiet = Calibration.from_log_ratios(
+        rng.normal(0, 0.005, 6), max_pairs=30, benchmark="b", metric="m"
+    )
     assert quiet.noise_margin == 0.01  # the 1% floor
     assert quiet.ok_for(0.02)[0]
-    noisy = Calibration.from_log_ratios(rng.normal(0, 0.10, 6), max_pairs=30, benchmark="b", metric="m")
+    noisy = Calibration.from_log_ratios(
+        rng.normal(0, 0.10, 6), max_pairs=30, benchmark="b", metric="m"
+    )
     assert noisy.noise_margin > 0.02
     ok, msg = noisy.ok_for(0.02)
     assert not ok
     assert "too noisy for min_gain 2.00%" in msg and "Raise min_gain to at least" in msg
     assert "max_pairs" not in msg  # no pair budget would do: the message does not offer one
-    medium = Calibration.from_log_ratios(rng.normal(0, 0.05, 6), max_pairs=30, benchmark="b", metric="m")
+    medium = Calibration.from_log_ratios(
+        rng.normal(0, 0.05, 6), max_pairs=30, benchmark="b", metric="m"
+    )
     ok, msg = medium.ok_for(0.02)
     assert not ok and "raise [verifier] max_pairs to" in msg
     assert noisy.min_detectable_gain > 0.05

@@ -57,7 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import torch
-
     from tiny_tts import model as tts_model
     from tiny_tts import ops
     from tiny_tts.pipeline import TTSServer
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     latencies, ttfas, transcripts, audio_samples = [], [], [], []
     failed = 0
     with TTSServer(model, reference) as server:
-        for text in prompts(args.warmup, seed=10_000 + args.seed):
+        for text in prompts(args.warmup, seed=10_000 + args.seed, min_words=3, max_words=3):
             for _ in server.synthesize(text):
                 pass
         print("READY", flush=True)
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                         ttfa = time.perf_counter() - t0
                     codes.extend(chunk.codes)
                     n_samples += len(chunk.audio)
-            except Exception:  # a failed request is counted, never hidden
+            except Exception:  # noqa: BLE001 - a failed request is counted, never hidden
                 traceback.print_exc()
                 failed += 1
                 transcripts.append("")

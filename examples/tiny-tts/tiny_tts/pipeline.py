@@ -71,7 +71,7 @@ class TTSServer:
         self._stop.set()
         self._worker.join(timeout=5)
 
-    def __enter__(self) -> "TTSServer":
+    def __enter__(self) -> TTSServer:
         return self
 
     def __exit__(self, *exc) -> None:
