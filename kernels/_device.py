@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -109,6 +110,14 @@ def code_hash() -> str:
     return h.hexdigest()[:16]
 
 
+def _dist_version(name: str) -> str:
+    """An installed distribution's version without importing it ("-" when absent)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -120,11 +129,13 @@ def _cpu_model() -> str:
 
 
 def fingerprint(device: str) -> str:
-    """What a tuning result depends on: device model, software versions, threads, our code."""
+    """What a tuning result depends on: device model, software versions
+    (torch, CUDA and triton, or torch_npu), CPU threads, and our code."""
     parts = [f"torch={torch.__version__}", f"kernels={code_hash()}"]
     if device == "cuda":
         idx = torch.cuda.current_device()
-        parts += [f"cuda={torch.version.cuda}", f"gpu={torch.cuda.get_device_name(idx)}"]
+        parts += [f"cuda={torch.version.cuda}", f"gpu={torch.cuda.get_device_name(idx)}",
+                  f"triton={_dist_version('triton')}"]
     elif device == "npu":
         mod = torch_npu()
         parts += [f"torch_npu={getattr(mod, '__version__', '?')}"]

@@ -141,6 +141,9 @@ def bench_case(case: Case, copy_bw: float, *, include_jit: bool, budget_s: float
             continue
         log(f"  {case.op} {case.label} {v.name}: gate ok ({time.perf_counter() - t0:.1f} s)")
         timed[v.name] = lambda v=v: v.fn(*case.args)
+        if v.jit:
+            with torch.no_grad():
+                tuner.settle(timed[v.name], key.device)
     with torch.no_grad():
         medians = tuner.measure_many(timed, key.device, warmup=3, min_repeats=10,
                                      max_repeats=200, budget_s=budget_s)

@@ -297,6 +297,8 @@ class Registry:
                 for v in list(passed):  # one call each first: a raising variant is dropped
                     try:
                         v.fn(*sample)
+                        if v.jit:
+                            tuner.settle(lambda v=v: v.fn(*sample), key.device)
                     except Exception as e:
                         if v is ref:
                             raise

@@ -63,6 +63,17 @@ def measure(fn: Callable[[], object], device: str, *, warmup: int | None = None,
     return statistics.median(times)
 
 
+def settle(fn: Callable[[], object], device: str, *, calls: int = 20, max_s: float = 1.0) -> None:
+    """Extra warm-up for a freshly compiled variant: its first calls after
+    compiling run slow for a while (compile workers, caches)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+        _device.synchronize(device)
+        if time.perf_counter() - start > max_s:
+            break
+
+
 def measure_many(fns: dict[str, Callable[[], object]], device: str, *, warmup: int | None = None,
                  min_repeats: int | None = None, max_repeats: int | None = None,
                  budget_s: float | None = None) -> dict[str, float]:

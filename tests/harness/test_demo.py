@@ -171,3 +171,14 @@ def test_reduced_demo_for_real(tmp_path):
     bad = res.candidates[1]
     assert bad.decision == "reject" and "length(audio_samples)" in bad.reason, bad.reason
     assert res.report_md.exists() and res.report_html.exists()
+
+
+def test_live_display_renders_on_a_terminal(tmp_path):
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=True)
+    res = run_demo(tmp_path / "d", verify=StandInVerifier(), console=console, live=True,
+                   patches=GOOD[:1] + BAD[:1], tuner_rounds=1)
+    out = buf.getvalue()
+    assert "rsi demo: tiny-tts" in out  # the live panel
+    assert "stats worker: block on the queue" in out
+    assert [c.decision for c in res.candidates] == ["reject", "accept", "reject"]
