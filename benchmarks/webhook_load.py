@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="share of posts that repeat an already-accepted delivery id")
     ap.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--processes", type=int, default=1, help="rsi serve --processes")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
 
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
            "PYTHONPATH": os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
     log = open(tmp / "serve.log", "wb")
     server = subprocess.Popen([sys.executable, "-m", "bot.service_cli", "serve", "--port",
-                               str(port), "--workers", "0"], env=env, stdout=log,
+                               str(port), "--workers", "0", "--processes", str(args.processes)],
+                              env=env, stdout=log,
                               stderr=subprocess.STDOUT, cwd=str(ROOT))
     try:
         import httpx
@@ -168,12 +170,16 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.1)
         import psutil
 
-        proc = psutil.Process(server.pid)
-        cpu0 = sum(proc.cpu_times()[:2])
+        procs = [psutil.Process(server.pid)] + psutil.Process(server.pid).children(recursive=True)
+
+        def cpu() -> float:
+            return sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
+
+        cpu0 = cpu()
         client0 = time.process_time()
         elapsed, sent, lat, stats = asyncio.run(
             _load(port, args.senders, args.duration, args.redeliver, args.seed))
-        server_cpu = sum(proc.cpu_times()[:2]) - cpu0
+        server_cpu = cpu() - cpu0
         client_cpu = time.process_time() - client0
         load1 = os.getloadavg()[0]
     finally:
@@ -195,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     errors = {f"{k}:{o}": n for (k, o), n in stats.items()
               if not ((k == "new" and o == "accepted") or (k == "redelivery" and o == "duplicate"))}
     result = {
-        "senders": args.senders, "duration_s": round(elapsed, 2), "requests": len(lat),
+        "senders": args.senders, "processes": args.processes, "duration_s": round(elapsed, 2), "requests": len(lat),
         "deliveries_per_s": round(len(lat) / elapsed, 1),
         "ack_p50_ms": round(_pct(lat, 0.50) * 1000, 2),
         "ack_p99_ms": round(_pct(lat, 0.99) * 1000, 2),

@@ -104,7 +104,7 @@ class DeliveryBatcher:
                 for _, fut, loop in batch:
                     loop.call_soon_threadsafe(_settle, fut, None, exc)
                 continue
-            for (_, fut, loop), result in zip(batch, results):
+            for (_, fut, loop), result in zip(batch, results, strict=True):
                 loop.call_soon_threadsafe(_settle, fut, result, None)
 
 
@@ -138,7 +138,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     ``start_workers``: called at startup, returning an object with ``stop()``
     (e.g. a :class:`bot.worker.WorkerPool`); None runs no workers here.
     """
-    store = store or Store(settings.database_url)
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
     registry = CollectorRegistry(auto_describe=True)
     deliveries = Counter("rsi_webhook_deliveries", "Webhook deliveries by outcome",
                          ["event", "outcome"], registry=registry)

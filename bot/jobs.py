@@ -17,8 +17,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from harness.gitutil import GitError, git, rev_parse
-
 from bot import render, sticky
 from bot.context import Context, harness_task_id, task_lane
 from bot.gh import GitHubError
@@ -26,6 +24,7 @@ from bot.harness_port import SpecError, event_view
 from bot.status import refresh_status
 from bot.store import Candidate, Task
 from bot.worker import JobRun, Permanent
+from harness.gitutil import git, rev_parse
 from verifier.verdict import Verdict
 
 log = logging.getLogger("rsi.bot.jobs")
@@ -299,34 +298,33 @@ def publish(ctx: Context, run: JobRun) -> str:
     task = _task(ctx, run)
     gen, n = run.payload["generation"], run.payload["n"]
     cand = _candidate(ctx, task, gen, n)
-    if cand.pr_number:
-        return f"already published as #{cand.pr_number}"
     verdict = _verdict(cand)
     clone = ctx.clone_dir(task.repo, task.issue)
-    if not rev_parse(clone, f"refs/heads/{cand.branch}"):
-        raise Permanent(f"branch {cand.branch} is missing from the task's clone")
-    _push(ctx, task, clone, cand.branch)
-    default = ctx.gh.default_branch(task.repo)
-    pulls = [p for p in ctx.gh.list_pulls(task.repo, head_prefix=cand.branch)
-             if p.head_ref == cand.branch]
-    pr = pulls[0] if pulls else ctx.gh.create_pull(
-        task.repo, title=render.pr_title(task.issue, n, cand.hypothesis),
-        body=render.pr_body(issue=task.issue, n=n, hypothesis=cand.hypothesis, verdict=verdict,
-                            labeler=task.labeler),
-        head=cand.branch, base=default, draft=True)
-    cand = ctx.store.upsert_candidate(task.id, n, generation=gen, pr_number=pr.number,
-                                      state="open")
+    if not cand.pr_number:  # (a retry after the PR was opened skips to the rest)
+        if not rev_parse(clone, f"refs/heads/{cand.branch}"):
+            raise Permanent(f"branch {cand.branch} is missing from the task's clone")
+        _push(ctx, task, clone, cand.branch)
+        default = ctx.gh.default_branch(task.repo)
+        pulls = [p for p in ctx.gh.list_pulls(task.repo, head_prefix=cand.branch)
+                 if p.head_ref == cand.branch]
+        pr = pulls[0] if pulls else ctx.gh.create_pull(
+            task.repo, title=render.pr_title(task.issue, n, cand.hypothesis),
+            body=render.pr_body(issue=task.issue, n=n, hypothesis=cand.hypothesis,
+                                verdict=verdict, labeler=task.labeler),
+            head=cand.branch, base=default, draft=True)
+        cand = ctx.store.upsert_candidate(task.id, n, generation=gen, pr_number=pr.number,
+                                          state="open")
     if task.labeler and not ctx.is_us(task.labeler):
         try:
-            ctx.gh.request_reviewers(task.repo, pr.number, [task.labeler])
+            ctx.gh.request_reviewers(task.repo, cand.pr_number, [task.labeler])
         except GitHubError as e:
             if e.retryable:
                 raise
-            log.warning("review request on #%s failed: %s", pr.number, e)
+            log.warning("review request on #%s failed: %s", cand.pr_number, e)
     if verdict is not None:
         _post_report(ctx, task, cand, verdict, clone)
     _best_effort(refresh_status, ctx, task.id)
-    return f"published #{pr.number}"
+    return f"published #{cand.pr_number}"
 
 
 # --------------------------------------------------------------------- rebaseline
@@ -337,6 +335,11 @@ def rebaseline(ctx: Context, run: JobRun) -> str:
     then re-verifies every open candidate on top of it (cherry-picked; a conflict
     is reported, not hidden). Each result is pushed and reported on its PR."""
     task = _task(ctx, run)
+    state_dir = ctx.harness_dir(task.repo, task.issue, task.generation)
+    if not (state_dir / "state.json").exists():
+        _best_effort(refresh_status, ctx, task.id,
+                     note="Nothing to rebaseline yet: the baseline has not been measured.")
+        return "no task state yet"
     clone, default = ensure_clone(ctx, task)
     ref = run.payload.get("ref") or f"origin/{default}"
     sha = rev_parse(clone, ref)

@@ -33,7 +33,8 @@ def build_port(settings: Settings) -> GitHubPort:
 
 def build_context(settings: Settings, *, store: Store | None = None,
                   gh: GitHubPort | None = None, harness: HarnessPort | None = None) -> Context:
-    return Context(settings=settings, store=store or Store(settings.database_url),
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
+    return Context(settings=settings, store=store,
                    gh=gh or build_port(settings), harness=harness or RealHarness())
 
 
@@ -57,12 +58,32 @@ def job_handler(ctx: Context, executor: Executor | None = None) -> Handler:
     return handle
 
 
+def job_failed(ctx: Context):
+    """When a task's job gives up: say so on the issue (infrastructure, not a verdict)."""
+
+    def report(job: Any, error: str) -> None:
+        task_id = (job.payload or {}).get("task_id")
+        if task_id is None:
+            return
+        from bot.status import refresh_status
+
+        last = (error.strip().splitlines() or ["unknown error"])[-1][:300]
+        if job.kind in ("run_task", "rebaseline"):
+            ctx.store.update_task(task_id, state="failed")
+        refresh_status(ctx, task_id, note=(
+            f"⚠️ The `{job.kind}` job failed after {job.attempts} attempt(s): `{last}`. This is "
+            "an infrastructure problem, not a verdict on any change; `/rsi resume` or "
+            "`/rsi rerun` tries again."))
+
+    return report
+
+
 def make_pool(ctx: Context, n: int | None = None, *, executor: Executor | None = None,
               kinds: list[str] | None = None) -> WorkerPool:
     s = ctx.settings
     return WorkerPool(ctx.store, job_handler(ctx, executor), s.workers if n is None else n,
                       lease_s=s.lease_s, poll_s=s.poll_s, backoff_base_s=s.backoff_base_s,
-                      backoff_max_s=s.backoff_max_s, kinds=kinds)
+                      backoff_max_s=s.backoff_max_s, kinds=kinds, on_failed=job_failed(ctx))
 
 
 def create_service(settings: Settings, *, ctx: Context | None = None, workers: int | None = None):
@@ -73,3 +94,10 @@ def create_service(settings: Settings, *, ctx: Context | None = None, workers: i
     app = create_app(settings, store=ctx.store, start_workers=start)
     app.state.ctx = ctx
     return app
+
+
+def app_from_env():
+    """uvicorn factory for ``rsi serve --processes N`` (each process builds its own)."""
+    from bot.settings import load_settings
+
+    return create_service(load_settings())

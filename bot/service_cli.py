@@ -22,7 +22,7 @@ def _settings():
         return load_settings()
     except SettingsError as e:
         typer.echo(str(e), err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 def _logging() -> None:
@@ -34,14 +34,24 @@ def _logging() -> None:
 def serve(host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
           port: int = typer.Option(8080, help="Port to listen on."),
           workers: Optional[int] = typer.Option(
-              None, help="Worker threads in this process (default RSI_WORKERS).")) -> None:
+              None, help="Worker threads per process (default RSI_WORKERS)."),
+          processes: int = typer.Option(
+              1, min=1, help="Web processes (uvicorn workers) sharing the port.")) -> None:
     """Run the webhook service (and, by default, its worker pool)."""
+    import os
+
     import uvicorn
 
     from bot.service import create_service
 
     _logging()
-    settings = _settings()
+    settings = _settings()  # fail fast here, before any process starts
+    if processes > 1:
+        if workers is not None:
+            os.environ["RSI_WORKERS"] = str(workers)
+        uvicorn.run("bot.service:app_from_env", factory=True, workers=processes, host=host,
+                    port=port, log_level="info", access_log=False)
+        return
     uvicorn.run(create_service(settings, workers=workers), host=host, port=port,
                 log_level="info", access_log=False)
 

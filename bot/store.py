@@ -32,10 +32,10 @@ from typing import Any, Iterable
 
 from sqlalchemy import (
     JSON,
-    Index,
     Boolean,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -50,8 +50,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import aliased
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 JOB_STATES = ("queued", "running", "done", "failed")
@@ -172,8 +171,9 @@ class ClaimedJob:
 class Store:
     """All database access of the bot. Thread-safe; one per process."""
 
-    def __init__(self, url: str, *, clock=time.time, create: bool = True):
+    def __init__(self, url: str, *, clock=time.time, create: bool = True, max_attempts: int = 8):
         self.url = url
+        self.max_attempts = max_attempts  # default for new jobs
         self.clock = clock
         self.sqlite = url.startswith("sqlite")
         kw: dict[str, Any] = {"future": True}
@@ -283,7 +283,7 @@ class Store:
             if not claimed:
                 return [None] * len(items)
             jobs = [{"kind": "event", "payload": {"delivery_id": d}, "state": "queued",
-                     "lane": None, "key": f"event:{d}", "attempts": 0, "max_attempts": 8,
+                     "lane": None, "key": f"event:{d}", "attempts": 0, "max_attempts": self.max_attempts,
                      "next_run_at": now, "lease_owner": None, "lease_until": None,
                      "created_at": now, "updated_at": now, "last_error": None, "result": None}
                     for d in (r["id"] for r in rows) if d in claimed]
@@ -308,11 +308,13 @@ class Store:
 
     # -- jobs -----------------------------------------------------------------
     def enqueue(self, kind: str, payload: dict, *, lane: str | None = None,
-                key: str | None = None, delay_s: float = 0.0, max_attempts: int = 8) -> int | None:
+                key: str | None = None, delay_s: float = 0.0,
+                max_attempts: int | None = None) -> int | None:
         """Queue a job; with ``key``, a second enqueue of the same key is a no-op (None)."""
         now = self.clock()
         values = dict(kind=kind, payload=payload, state="queued", lane=lane, key=key,
-                      attempts=0, max_attempts=max_attempts, next_run_at=now + delay_s,
+                      attempts=0, max_attempts=max_attempts or self.max_attempts,
+                      next_run_at=now + delay_s,
                       created_at=now, updated_at=now)
         with self.tx() as s:
             if key is None:

@@ -63,8 +63,10 @@ def worker_id(prefix: str = "w") -> str:
 class Worker:
     def __init__(self, store: Store, handle: Handler, *, owner: str | None = None,
                  lease_s: float = 60.0, poll_s: float = 0.5, backoff_base_s: float = 2.0,
-                 backoff_max_s: float = 600.0, kinds: list[str] | None = None):
+                 backoff_max_s: float = 600.0, kinds: list[str] | None = None,
+                 on_failed: Callable[[ClaimedJob, str], None] | None = None):
         self.store = store
+        self.on_failed = on_failed
         self.handle = handle
         self.owner = owner or worker_id()
         self.lease_s = lease_s
@@ -91,6 +93,11 @@ class Worker:
                                     backoff_max_s=self.backoff_max_s)
             log.warning("job %s (%s) attempt %s -> %s: %s", job.id, job.kind, job.attempts,
                         state, msg.splitlines()[-1] if msg else "")
+            if state == "failed" and self.on_failed is not None:
+                try:
+                    self.on_failed(job, msg)
+                except Exception:  # reporting a failure must not kill the worker
+                    log.exception("on_failed hook for job %s", job.id)
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
         else:

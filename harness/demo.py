@@ -331,17 +331,18 @@ def run_demo(
         why = docker_available()
         verify = "sandbox" if why is None else "inprocess"
         if why:
-            console.print(f"[yellow]Docker sandbox unavailable ({why}); verifying in this process.[/yellow]")
+            console.print(f"Docker sandbox unavailable ({why}); verifying in this process.", style="yellow",
+                          markup=False, highlight=False)
     out.mkdir(parents=True, exist_ok=True)
     if not (resume and load_state(state_dir) is not None and target.exists()):
         shutil.rmtree(state_dir, ignore_errors=True)
         prepare_target(target, example=example, overrides=overrides)
     spec = load_task(target, None, TASK_ID)
     names = ", ".join(f"{k.name} {k.values}" for k in spec.knobs)
-    console.print(f"[bold]rsi demo[/bold]: {target} — objective {spec.verify.objective.metric} "
+    console.print(f"rsi demo: {target} — objective {spec.verify.objective.metric} "
                   f"(min gain {spec.verify.objective.min_gain:.0%}); knobs: {names}; "
                   f"{len(patches)} patches; verifier: {verify if isinstance(verify, str) else type(verify).__name__}",
-                  highlight=False)
+                  markup=False, highlight=False)
 
     with Display(console, live=live) as display:
         st = load_state(state_dir)
@@ -353,7 +354,9 @@ def run_demo(
             result = run_task(target, spec, state_dir=state_dir, keep="advance", agent="tuner",
                               rounds=n_tuner, on_event=display, verifier=verify)
             if result.status == "refused":
-                console.print(f"[red]B0 refused: {result.reason}[/red]")
+                console.print(f"B0 refused: {result.reason}", style="red", markup=False, highlight=False)
+                console.print("The verifier will not judge gains it cannot tell from noise. Run the demo on "
+                              "a quiet machine (nothing else busy on its cores).", style="yellow")
         st = load_state(state_dir)
         if patches and (st is None or st.status != "refused"):
             display.set_phase(f"replay: {len(patches)} patches")

@@ -97,7 +97,7 @@ def cases(device: str, dtype: torch.dtype, quick: bool) -> list[Case]:
         rope_case("prefill", *pre, "BSND", True, dtype, device),
         rope_case("prefill", *pre, "BNSD", False, dtype, device),
     ]
-    for label, rows in zip(("decode", "prefill"), nrows):
+    for label, rows in zip(("decode", "prefill"), nrows, strict=True):
         out.append(norm_case(label, rows, H, False, dtype, device))
         out.append(norm_case(label, rows, H, True, dtype, device))
     B, T, C = dit
@@ -194,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         import torch_npu  # noqa: F401
     dtype = getattr(torch, a.dtype) if a.dtype else (torch.float32 if device == "cpu" else torch.bfloat16)
     ops = set(a.ops.split(",")) if a.ops else None
-    log = (lambda s: print(s, file=sys.stderr, flush=True))
+
+    def log(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
     start = time.perf_counter()
     copy_bw = copy_bandwidth(device, (1 << 20 if a.quick else 64 << 20) if device == "cpu" else 1 << 30)
     log(f"copy bandwidth {copy_bw / 1e9:.1f} GB/s")

@@ -46,7 +46,7 @@ def compare(out: Any, ref: Any, dtype: torch.dtype) -> str | None:
     if len(outs) != len(refs):
         return f"returned {len(outs)} tensors, expected {len(refs)}"
     atol, rtol = TOLERANCES[dtype]
-    for i, (o, r) in enumerate(zip(outs, refs)):
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
         if tuple(o.shape) != tuple(r.shape):
             return f"output {i}: shape {tuple(o.shape)}, expected {tuple(r.shape)}"
         if o.dtype != dtype:

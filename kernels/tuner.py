@@ -63,14 +63,16 @@ def measure(fn: Callable[[], object], device: str, *, warmup: int | None = None,
     return statistics.median(times)
 
 
-def settle(fn: Callable[[], object], device: str, *, calls: int = 20, max_s: float = 1.0) -> None:
+def settle(fn: Callable[[], object], device: str, *, max_s: float = 3.0) -> None:
     """Extra warm-up for a freshly compiled variant: its first calls after
-    compiling run slow for a while (compile workers, caches)."""
+    compiling run slow for a while (inductor's compile workers starting up,
+    caches), so call it until the last three calls are within 1.5x of the
+    fastest so far, or max_s has passed."""
     start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-        _device.synchronize(device)
-        if time.perf_counter() - start > max_s:
+    times: list[float] = []
+    while time.perf_counter() - start < max_s:
+        times.append(_device.time_once(fn, device))
+        if len(times) >= 5 and max(times[-3:]) <= 1.5 * min(times):
             break
 
 

@@ -25,13 +25,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from harness.gitutil import git, rev_parse
-
 from bot import jobs
 from bot.context import Context, harness_task_id
 from bot.harness_port import event_view
 from bot.status import refresh_status
 from bot.worker import JobRun, Permanent, Retry
+from harness.gitutil import git, rev_parse
 
 log = logging.getLogger("rsi.bot.actions")
 

@@ -14,10 +14,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from harness.gitutil import git
-
 from bot.executors.actions import JOB_SCHEMA, RESULT_SCHEMA
 from bot.harness_port import HarnessPort, RealHarness
+from harness.gitutil import git
 
 
 def _default(o: Any) -> Any:

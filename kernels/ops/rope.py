@@ -8,9 +8,9 @@ each frequency duplicated as ``cat([f, f], -1)`` for the half-split pairing
 for the interleaved pairing (GPT-J / Meta: 2i pairs with 2i+1).
 
 Variants: ``eager`` (the reference, rotate_half), ``realexpr`` (one real
-expression on the two halves, computed in fp32), ``fused`` (writes both halves
-into one output buffer with mul/addcmul, sign folded into sin, token blocks
-sized for the cache, no cat), ``complex`` (interleaved only, complex multiply;
+expression on the two halves, computed in fp32), ``fused`` (x * cos straight
+into the output buffer, then an addcmul per half with the sign folded into
+sin; blocks sized for the cache; no cat, no rotated copy), ``complex`` (interleaved only, complex multiply;
 CPU and CUDA: never on NPU), ``compiled`` (torch.compile of realexpr), ``npu``
 (torch_npu.npu_rotary_mul) and ``triton`` (CUDA).
 """
@@ -96,59 +96,63 @@ def realexpr(q, k, cos, sin, layout, interleaved):
 
 
 # ---- fused: preallocated output, mul + addcmul, no cat ------------------------
-#: bytes of q per block of tokens: blocks stay in the L2 cache between the
-#: two passes over each half.
-BLOCK_BYTES = 256 * 1024
+#: bytes of x per block and per intra-op thread: a block stays in cache
+#: between the mul and the addcmuls, and blocks are few, because each op is a
+#: parallel region and regions stall when the CPU is oversubscribed.
+BLOCK_BYTES_PER_THREAD = 2 * 1024 * 1024
+
+
+def _block_bytes() -> int:
+    return BLOCK_BYTES_PER_THREAD * max(1, torch.get_num_threads())
 
 
 def _fused_tables(cos, sin, interleaved):
-    c1, c2 = _pairs(cos, interleaved)
     s1, s2 = _pairs(sin, interleaved)
-    return c1, c2, torch.neg(s1), s2
+    return cos, torch.neg(s1), s2
 
 
-def _rotate_into(x, out, c1, c2, ns1, s2, interleaved):
+def _rotate_into(x, out, cos, ns1, s2, interleaved):
+    """out = x * cos, then each half gets its partner times the sign-folded sin."""
+    torch.mul(x, cos, out=out)
     x1, x2 = _pairs(x, interleaved)
     o1, o2 = _pairs(out, interleaved)
-    torch.mul(x1, c1, out=o1)
     o1.addcmul_(x2, ns1)
-    torch.mul(x2, c2, out=o2)
     o2.addcmul_(x1, s2)
 
 
 def _fused_one(x, tables, layout, interleaved):
     """x rotated into a new buffer, block by block so each block stays in cache."""
-    c1, c2, ns1, s2 = tables  # [S, D/2] each
+    cos, ns1, s2 = tables  # [S, D], [S, D/2], [S, D/2]
     out = _alloc.empty_like(x, memory_format=torch.contiguous_format)
-    S, es = _seq(x, layout), x.element_size()
-    if x.numel() * es <= 2 * BLOCK_BYTES:  # small (decode): one block
-        _rotate_into(x, out, *(_bcast(t, layout) for t in (c1, c2, ns1, s2)), interleaved)
+    S, es, block = _seq(x, layout), x.element_size(), _block_bytes()
+    if x.numel() * es <= 2 * block:  # small (decode): one block
+        _rotate_into(x, out, *(_bcast(t, layout) for t in tables), interleaved)
         return out
     if layout == "BSND":  # blocks of positions: [step, N, D] per batch row
-        step = max(1, BLOCK_BYTES // max(1, x[0, 0].numel() * es))
-        c1, c2, ns1, s2 = (t.unsqueeze(1) for t in (c1, c2, ns1, s2))
+        step = max(1, block // max(1, x[0, 0].numel() * es))
+        cos, ns1, s2 = (t.unsqueeze(1) for t in tables)
         for b in range(x.shape[0]):
             for a in range(0, S, step):
                 e = min(S, a + step)
-                _rotate_into(x[b, a:e], out[b, a:e], c1[a:e], c2[a:e], ns1[a:e], s2[a:e], interleaved)
+                _rotate_into(x[b, a:e], out[b, a:e], cos[a:e], ns1[a:e], s2[a:e], interleaved)
         return out
     # BNSD: blocks of heads (each [S, D]), or of positions within a head when one is large
     if not x.is_contiguous():
-        _rotate_into(x, out, c1, c2, ns1, s2, interleaved)
+        _rotate_into(x, out, cos, ns1, s2, interleaved)
         return out
     B, N, D = x.shape[0], x.shape[1], x.shape[-1]
     xg, og = x.view(B * N, S, D), out.view(B * N, S, D)
     per_head = S * D * es
-    if per_head <= BLOCK_BYTES:
-        g = max(1, BLOCK_BYTES // per_head)
+    if per_head <= block:
+        g = max(1, block // per_head)
         for a in range(0, B * N, g):
-            _rotate_into(xg[a:a + g], og[a:a + g], c1, c2, ns1, s2, interleaved)
+            _rotate_into(xg[a:a + g], og[a:a + g], cos, ns1, s2, interleaved)
         return out
-    step = max(1, BLOCK_BYTES // (D * es))
+    step = max(1, block // (D * es))
     for h in range(B * N):
         for a in range(0, S, step):
             e = min(S, a + step)
-            _rotate_into(xg[h, a:e], og[h, a:e], c1[a:e], c2[a:e], ns1[a:e], s2[a:e], interleaved)
+            _rotate_into(xg[h, a:e], og[h, a:e], cos[a:e], ns1[a:e], s2[a:e], interleaved)
     return out
 
 

@@ -3,7 +3,6 @@ live service on a random loopback port, and a fake harness."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -105,8 +104,8 @@ def make_bot(bot_settings, fake_github, gh):
     def make(harness, **overrides) -> BotDriver:
         overrides.setdefault("bot_login", None)
         settings = bot_settings(github_api_url=fake_github.url, **overrides)
-        ctx = Context(settings=settings, store=Store(settings.database_url), gh=gh,
-                      harness=harness)
+        ctx = Context(settings=settings, gh=gh, harness=harness,
+                      store=Store(settings.database_url, max_attempts=settings.max_attempts))
         return BotDriver(ctx)
 
     return make

@@ -5,6 +5,8 @@ re-exported here: fake_github, fake_app, make_repo, fake_repo, gh, token_port,
 github_app_env.
 """
 
+# The bot's own fixtures (settings, store, live server): tests/bot/_fixtures.py
+from tests.bot._fixtures import bot_settings, bot_store, live_app, make_bot  # noqa: E402,F401
 from tests.fakegithub.fixtures import (  # noqa: F401  (pytest fixtures)
     fake_app,
     fake_github,
@@ -14,6 +16,3 @@ from tests.fakegithub.fixtures import (  # noqa: F401  (pytest fixtures)
     make_repo,
     token_port,
 )
-
-# The bot's own fixtures (settings, store, live server): tests/bot/_fixtures.py
-from tests.bot._fixtures import bot_settings, bot_store, live_app, make_bot  # noqa: E402,F401

@@ -17,15 +17,15 @@ delay = tomllib.load(open("app/settings.toml", "rb"))["delay_ms"]
 extra = tomllib.load(open("app/extra.toml", "rb"))["extra_ms"]
 lat, texts = [], []
 t0 = time.perf_counter()
-for i in range(3):
+for i in range(4):
     s = time.perf_counter()
     time.sleep((delay + extra) / 1000.0)
     texts.append("the cat sat on the mat")
     lat.append(time.perf_counter() - s)
 elapsed = time.perf_counter() - t0
 with open(os.environ["RSI_RESULT"], "w") as fh:
-    json.dump({"metrics": {"throughput": 3 / elapsed}, "samples": {"latency_s": lat},
-               "outputs": {"transcripts": texts}, "counts": {"requests": 3, "failed": 0}}, fh)
+    json.dump({"metrics": {"throughput": 4 / elapsed}, "samples": {"latency_s": lat},
+               "outputs": {"transcripts": texts}, "counts": {"requests": 4, "failed": 0}}, fh)
 '''
 
 CONFIG = '''\
@@ -77,8 +77,8 @@ Subject: [PATCH] Cut the per-request delay
 --- a/app/settings.toml
 +++ b/app/settings.toml
 @@ -1 +1 @@
--delay_ms = 24
-+delay_ms = 12
+-delay_ms = 40
++delay_ms = 20
 '''
 
 PATCH_2 = '''\
@@ -87,8 +87,8 @@ Subject: [PATCH] Drop most of the extra work
 --- a/app/extra.toml
 +++ b/app/extra.toml
 @@ -1 +1 @@
--extra_ms = 12
-+extra_ms = 3
+-extra_ms = 20
++extra_ms = 4
 '''
 
 
@@ -97,8 +97,8 @@ def make_target_tree(root: Path, python: str = sys.executable) -> Path:
     for d in ("app", "bench", ".rsi", "patches"):
         (root / d).mkdir(exist_ok=True)
     (root / "bench" / "run.py").write_text(BENCH)
-    (root / "app" / "settings.toml").write_text("delay_ms = 24\n")
-    (root / "app" / "extra.toml").write_text("extra_ms = 12\n")
+    (root / "app" / "settings.toml").write_text("delay_ms = 40\n")
+    (root / "app" / "extra.toml").write_text("extra_ms = 20\n")
     (root / ".rsi" / "config.toml").write_text(CONFIG.replace("{python}", python))
     (root / "patches" / "01-less-delay.patch").write_text(PATCH_1)
     (root / "patches" / "02-less-extra.patch").write_text(PATCH_2)

@@ -11,7 +11,7 @@ import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from harness import spec as hspec
 from harness.gitutil import GitError, git, git_ok, rev_parse

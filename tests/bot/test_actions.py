@@ -4,8 +4,6 @@ runner's ``rsi worker --job`` side, and ingestion on workflow_run.completed."""
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -6,7 +6,6 @@ import json
 import uuid
 
 import httpx
-import pytest
 
 from bot.app import create_app
 from bot.context import Context
@@ -33,9 +32,14 @@ def test_every_payload_is_acknowledged_and_handled(bot_settings, live_app):
     files = fixture_files()
     assert len(files) > 250
     with live_app(create_app(settings, store=store)) as server, httpx.Client(timeout=30) as c:
-        for path in files:
+        for i, path in enumerate(files):
             body = path.read_bytes()
-            r = post_event(server.url, _event_name(path), body, client=c)
+            event = _event_name(path)
+            # refused first: a bad, missing or sha1-only signature is a 401, and stores nothing
+            forged = [dict(secret="not-our-secret"), dict(secret=None), dict(sha1=True)]
+            r = post_event(server.url, event, body, client=c, **forged[i % 3])
+            assert r.status_code == 401, (path, r.status_code)
+            r = post_event(server.url, event, body, client=c)
             assert r.status_code == 202, (path, r.status_code, r.text)
     assert store.count_deliveries() == len(files)
     # ... and every one goes through the handlers without an error

@@ -3,8 +3,6 @@ real git), with a scripted harness."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bot import render
@@ -28,8 +26,8 @@ def ours(fake_github, repo, number, kind):
             if c.user.login == BOT and mark in c.body]
 
 
-def started(make_bot, fake_github, target, harness=None, body="Make it faster."):
-    bot = make_bot(harness or FakeHarness())
+def started(make_bot, fake_github, target, harness=None, body="Make it faster.", **settings):
+    bot = make_bot(harness or FakeHarness(), **settings)
     n = fake_github.open_issue(target, "Faster TTS", body, by="alice")
     bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
     return bot, n
@@ -315,3 +313,66 @@ def test_stop_while_running(make_bot, fake_github, target):
     runner.join(30)
     t = bot.store.find_task(target, n)
     assert t.stop and t.state == "stopped" and t.rounds_done == 1
+
+
+def test_a_job_that_gives_up_says_so(make_bot, fake_github, target):
+    from bot.service import job_failed
+
+    class Exploding(FakeHarness):
+        def run_task(self, *a, **kw):
+            raise OSError("disk full")
+
+    bot = make_bot(Exploding(), max_attempts=2)
+    bot.worker.on_failed = job_failed(bot.ctx)
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    (status,) = ours(fake_github, target, n, render.STATUS)
+    assert "disk full" in status.body and "not a verdict" in status.body
+    assert bot.store.find_task(target, n).state == "failed"
+
+
+def test_rebaseline_before_any_run(make_bot, fake_github, target):
+    bot = make_bot(FakeHarness())
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    task = bot.store.start_task(target, n, labeler="alice", installation_id=None)
+    bot.store.update_task(task.id, state="queued")
+    bot.deliver(fake_github.comment(target, n, "/rsi rebaseline", by="alice"))
+    assert [j.result for j in bot.store.jobs(kind="rebaseline")] == ["no task state yet"]
+    assert not bot.store.jobs(state="failed")
+
+
+@pytest.mark.postgres
+def test_full_cycle_on_postgresql(make_bot, fake_github, target):
+    """Label -> PRs -> rerun -> merge -> rebaseline with the store on PostgreSQL."""
+    import os
+
+    from bot.store import Base, Store
+
+    url = os.environ["RSI_TEST_POSTGRES_URL"]
+    s = Store(url, create=False)
+    Base.metadata.drop_all(s.engine)
+    s.close()
+    harness = FakeHarness()
+    bot, n = started(make_bot, fake_github, target, harness, database_url=url)
+    first, second = sorted(fake_github.pulls(target), key=lambda p: p.number)
+    bot.deliver(fake_github.comment(target, second.number, "/rsi rerun", by="alice"))
+    bot.deliver(fake_github.merge_pull(target, first.number, by="alice"))
+    task = bot.store.find_task(target, n)
+    assert task.bk_sha == fake_github.pull(target, first.number).pull.merge_commit_sha
+    assert {c.n: c.state for c in bot.store.candidates(task.id)} == {1: "merged", 2: "open"}
+    assert not bot.store.jobs(state="failed")
+    assert bot.store.engine.dialect.name == "postgresql"
+
+
+def test_publish_retry_after_the_pr_was_opened(make_bot, fake_github, target):
+    bot = make_bot(FakeHarness(["accept"]), max_attempts=5)
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    import re as _re
+
+    fake_github.fail_next("POST", _re.compile(r".*/requested_reviewers$"), status=503)
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    pulls = fake_github.pulls(target)
+    assert len(pulls) == 2  # one PR per candidate, none doubled by the retry
+    for p in pulls:
+        assert [u.login for u in p.pull.requested_reviewers] == ["alice"]
+        assert ours(fake_github, target, p.number, render.REPORT)

@@ -6,7 +6,13 @@ import pytest
 
 from bot import render
 from verifier.verdict import (
-    Fingerprint, GuardResult, Interval, MetricComparison, ObjectiveResult, RunError, Verdict,
+    Fingerprint,
+    GuardResult,
+    Interval,
+    MetricComparison,
+    ObjectiveResult,
+    RunError,
+    Verdict,
 )
 
 SHAS = {"b0": "b0b0b0b0b0b0b0", "bk": "bkbkbkbkbkbkbk", "candidate": "cacacacacaca12"}

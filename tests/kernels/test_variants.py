@@ -176,10 +176,10 @@ def test_shared_adaln_matches_per_block():
     with torch.no_grad():
         got = shared(c)
         assert shared(c) is got  # once per conditioning, shared across blocks
-        for lin, chunks in zip(linears, got):
+        for lin, chunks in zip(linears, got, strict=True):
             want = kernels.adaln_chunks(c, lin.weight, lin.bias)
             assert len(chunks) == 6
-            for a, b in zip(chunks, want):
+            for a, b in zip(chunks, want, strict=True):
                 torch.testing.assert_close(a, b)
         linears[0].weight.add_(1.0)  # a changed weight is re-stacked
         again = shared(c)
@@ -187,3 +187,16 @@ def test_shared_adaln_matches_per_block():
         torch.testing.assert_close(again[0][0], kernels.adaln_chunks(c, linears[0].weight, linears[0].bias)[0])
     x, y, g = torch.randn(2, 5, C), torch.randn(2, 5, C), torch.randn(2, C)
     torch.testing.assert_close(kernels.gated_residual(x, g, y), x + g.unsqueeze(1) * y)
+
+
+@pytest.mark.parametrize("layout", ["BSND", "BNSD"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("block", [512, 4096, 8192, 1 << 16], ids=["tiny", "small", "heads", "whole"])
+def test_fused_rope_blocking_paths(monkeypatch, layout, interleaved, block):
+    """fused works in cache-sized blocks: every split (per position, per head
+    group, per position within a head, ragged tails) against the reference."""
+    monkeypatch.setattr(R, "BLOCK_BYTES_PER_THREAD", block // max(1, torch.get_num_threads()))
+    op = REGISTRY.ops["rope"]
+    for shape in [(2, 45, 3, 32), (1, 70, 4, 16)]:
+        args = rope_args(shape, 2, torch.float32, layout, interleaved)
+        assert gate.check(op, op.variants["fused"], args) is None
