@@ -188,6 +188,7 @@ class SandboxVerifier:
                     mounts.append(sandbox.Mount(source=value, target=value, read_only=True))
             if hidden.seed_env and self.environ.get(hidden.seed_env):
                 env[hidden.seed_env] = self.environ[hidden.seed_env]
+            env["RSI_PROGRESS_JSON"] = "1"
             argv = [a.replace("{root}", str(root)) for a in argv]
             job = sandbox.SandboxJob(
                 command=[sys.executable, "-m", "verifier", *argv],
@@ -199,7 +200,9 @@ class SandboxVerifier:
             )
             if progress:
                 progress(f"verifier container: {argv[0]}", {"phase": "container"})
-            res = sandbox.run(job, spec.runner.active, secrets=list(env.values()))
+            secrets = [v for k, v in env.items() if k != "RSI_PROGRESS_JSON"]
+            res = sandbox.run(job, spec.runner.active, secrets=secrets,
+                              on_output=_progress_lines(progress) if progress else None)
             self.last = res
             out = root / "report.json"
             return res, (out.read_text() if out.exists() else None)
@@ -234,6 +237,25 @@ class SandboxVerifier:
             return Verdict.from_json(text)
         except ValueError as exc:
             return error_verdict("sandbox", f"unreadable verdict from the container: {exc}", res.output, shas)
+
+
+def _progress_lines(progress: Progress):
+    """Turn the verifier's ``RSI-PROGRESS {json}`` lines (streamed out of its
+    container) back into progress callbacks; other lines are ignored."""
+    from verifier.cli import PROGRESS_PREFIX
+
+    def on_output(line: str) -> None:
+        start = line.find(PROGRESS_PREFIX)
+        if start < 0:
+            return
+        try:
+            data = json.loads(line[start + len(PROGRESS_PREFIX):])
+        except ValueError:
+            return
+        if isinstance(data, dict):
+            progress(str(data.get("message") or data.get("phase") or ""), data)
+
+    return on_output
 
 
 def _why(res: sandbox.SandboxResult) -> str:

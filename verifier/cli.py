@@ -15,6 +15,9 @@ config, a benchmark that crashed: decision ``error``).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,8 +165,16 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+PROGRESS_PREFIX = "RSI-PROGRESS "
+
+
 @contextmanager
 def progress_bar(console: Console, label: str) -> Iterator:
+    """A rich progress bar on a terminal. With ``RSI_PROGRESS_JSON=1`` (set by
+    the harness when it runs the verifier in a container) each event is also
+    written to stderr as one ``RSI-PROGRESS {json}`` line, so the caller can
+    follow a run it cannot see."""
+    as_json = os.environ.get("RSI_PROGRESS_JSON") == "1"
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -177,6 +188,9 @@ def progress_bar(console: Console, label: str) -> Iterator:
         task = bar.add_task(label, total=None, info="")
 
         def on_event(e: ProgressEvent) -> None:
+            if as_json:
+                sys.stderr.write(PROGRESS_PREFIX + json.dumps(dataclasses.asdict(e)) + "\n")
+                sys.stderr.flush()
             info = f"{e.phase} {e.arm}".strip() + (f" · {e.pairs} pairs" if e.pairs else "")
             bar.update(task, completed=e.run, total=max(e.total, e.run) or None, info=info)
 
