@@ -453,8 +453,9 @@ def history_from_ledger(records: Iterable[Any], *, task: str | None = None) -> l
 
 
 def _as_history(history: Sequence[HistoryPoint] | None, ledger: Sequence[Any]) -> list[HistoryPoint]:
-    if history is None:
-        return history_from_ledger(ledger)
+    if history is None:  # the newest record's task: a repo's ledger holds every task's records
+        task = _get(ledger[-1], "task") if ledger else None
+        return history_from_ledger(ledger, task=task)
     return [h if isinstance(h, HistoryPoint) else HistoryPoint(**dict(h)) for h in history]
 
 

@@ -315,3 +315,9 @@ def test_html_marks_failing_rows():
     v = make_verdict("reject", length_change=-0.25)
     page = render_html_report(v, ledger=[])
     assert '<tr class="fail"><td>length(audio_samples) within ±1%</td>' in page
+
+
+def test_chart_follows_the_newest_task_of_a_shared_ledger():
+    other = [{**r, "id": "o/" + r["id"], "task": "other"} for r in make_ledger(2)]
+    md = render_markdown_report(make_verdict(), ledger=other + make_ledger(3))
+    assert 'x-axis ["B0", "#1", "#2", "#3"]' in md

@@ -27,7 +27,7 @@ FRAMES_PER_WORD = 4
 CODEBOOK = len(WORDS) * FRAMES_PER_WORD  # 256 codec tokens
 
 
-def prompts(n: int, seed: int, min_words: int = 5, max_words: int = 10) -> list[str]:
+def prompts(n: int, seed: int, min_words: int = 4, max_words: int = 8) -> list[str]:
     """The benchmark's request texts: deterministic for a given seed."""
     rng = random.Random(seed)
     out = []
