@@ -9,16 +9,18 @@ answers 202. Everything else happens in workers (:mod:`bot.worker`), which
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import threading
 from typing import Any, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from starlette.routing import Route
 
 from bot import webhook
 from bot.settings import Settings
@@ -117,18 +119,14 @@ def _settle(fut: asyncio.Future, result: Any, exc: BaseException | None) -> None
         fut.set_result(result)
 
 
-async def _read_capped(request: Request, cap: int) -> bytes | None:
-    """The raw body, or None as soon as it exceeds ``cap`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > cap:
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+class _AsgiApp:
+    """Makes Starlette route to ``fn`` as a bare ASGI app (not a request handler)."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.fn(scope, receive, send)
 
 
 def create_app(settings: Settings, *, store: Store | None = None,
@@ -166,28 +164,55 @@ def create_app(settings: Settings, *, store: Store | None = None,
     app.state.settings = settings
     app.state.registry = registry
 
-    @app.post("/webhook")
-    async def receive(request: Request) -> Response:
-        body = await _read_capped(request, cap)
+    async def deliver(headers: Any, body: bytes | None) -> tuple[int, dict[str, Any]]:
+        """The whole of POST /webhook, given the raw headers and body."""
         if body is None:
             deliveries.labels("?", "too_large").inc()
-            return JSONResponse({"error": f"body exceeds {cap} bytes"}, status_code=413)
+            return 413, {"error": f"body exceeds {cap} bytes"}
         try:
-            ev = webhook.parse(request.headers, body, secrets=secrets, max_bytes=cap)
+            ev = webhook.parse(headers, body, secrets=secrets, max_bytes=cap)
         except webhook.WebhookError as e:
             deliveries.labels("?", "unauthorized" if e.status == 401 else "refused").inc()
-            return JSONResponse({"error": e.message}, status_code=e.status)
+            return e.status, {"error": e.message}
         try:
             job_id = await batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body)
         except Exception:
             log.exception("could not store delivery %s", ev.delivery_id)
             deliveries.labels(ev.name, "store_error").inc()
             # 503: GitHub shows it as failed and the delivery can be redelivered.
-            return JSONResponse({"error": "could not store the delivery"}, status_code=503)
+            return 503, {"error": "could not store the delivery"}
         outcome = "accepted" if job_id is not None else "duplicate"
         deliveries.labels(ev.name, outcome).inc()
-        return JSONResponse({"delivery": ev.delivery_id, "event": ev.key, "outcome": outcome},
-                            status_code=202)
+        return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": outcome}
+
+    async def webhook_endpoint(scope, receive, send) -> None:
+        """POST /webhook as a bare ASGI app: no request object, no dependency
+        injection; bytes in, bytes out (this route is the hot path)."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        declared = headers.get("content-length", "")
+        body: bytes | None = None
+        if not (declared.isdigit() and int(declared) > cap):
+            chunks, size, more = [], 0, True
+            while more:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+                chunk = msg.get("body", b"")
+                size += len(chunk)
+                if size > cap:
+                    break
+                chunks.append(chunk)
+                more = msg.get("more_body", False)
+            else:
+                body = b"".join(chunks)
+        status, doc = await deliver(headers, body)
+        payload = json.dumps(doc).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+    app.router.routes.insert(0, Route("/webhook", _AsgiApp(webhook_endpoint), methods=["POST"]))
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -79,6 +79,8 @@ def verify_signature(body: bytes, header: str | None, secrets: Sequence[str | by
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     get = getattr(headers, "get", None)
     value = get(name) if get else None
+    if value is None and get:
+        value = get(name.lower())  # ASGI header names are lower case
     if value is None:
         lname = name.lower()
         for k, v in headers.items():

@@ -112,7 +112,8 @@ def _bench(repo: Path, tmp_path: Path, *args: str) -> tuple[dict, str]:
 
 
 @pytest.mark.torch
-def test_pipeline_streams_deterministic_audio():
+def test_pipeline_streams_deterministic_audio(monkeypatch):
+    monkeypatch.delenv("RSI_KERNEL_ROPE", raising=False)  # the server sets it: undone after the test
     sys.path.insert(0, str(EXAMPLE))
     try:
         for mod in [m for m in sys.modules if m == "tiny_tts" or m.startswith("tiny_tts.")]:
@@ -135,6 +136,7 @@ def test_pipeline_streams_deterministic_audio():
     assert codes == [c for ch in again for c in ch.codes]
     assert all(-1.0 <= x <= 1.0 for x in chunks[0].audio)
     assert not server._worker.is_alive()  # closing stops the stats worker
+    assert os.environ.get("RSI_KERNEL_ROPE") == "eager"  # the rope_variant knob, applied at server start
 
 
 @pytest.mark.torch

@@ -1,9 +1,10 @@
 """Operators the model takes from rsi-bot's ``kernels`` package.
 
 ``rope_variant`` in settings.toml picks the RoPE implementation through the
-kernels package's documented switch (``RSI_KERNEL_ROPE=<variant>``). Without
-the kernels package (a bare checkout), an eager RoPE is used and the knob has no
-effect.
+kernels package's documented switch (``RSI_KERNEL_ROPE=<variant>``), which
+:func:`configure` sets when the server starts (an explicit environment setting
+wins). Without the kernels package (a bare checkout), an eager RoPE is used and
+the knob has no effect.
 """
 
 from __future__ import annotations
@@ -12,10 +13,7 @@ import os
 
 import torch
 
-from .settings import SETTINGS
-
-if SETTINGS.rope_variant:
-    os.environ.setdefault("RSI_KERNEL_ROPE", SETTINGS.rope_variant)
+from .settings import Settings
 
 try:
     from kernels import rope as _kernel_rope
@@ -23,6 +21,12 @@ except ImportError:  # pragma: no cover - depends on the environment
     _kernel_rope = None
 
 BACKEND = "kernels" if _kernel_rope is not None else "builtin-eager"
+
+
+def configure(settings: Settings) -> None:
+    """Apply the operator knobs to this process."""
+    if settings.rope_variant:
+        os.environ.setdefault("RSI_KERNEL_ROPE", settings.rope_variant)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import ops
 from .model import TinyTTS
 from .settings import SETTINGS, Settings
 from .text import FRAMES_PER_WORD, encode
@@ -45,6 +46,7 @@ def postprocess(samples: list[float], gain: float = OUTPUT_GAIN) -> list[float]:
 class TTSServer:
     def __init__(self, model: TinyTTS, reference: torch.Tensor, settings: Settings = SETTINGS) -> None:
         torch.set_num_threads(max(1, int(settings.threads)))
+        ops.configure(settings)
         self.model = model
         self.reference = reference
         self.stats = Stats()
