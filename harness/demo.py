@@ -379,8 +379,10 @@ def run_demo(
                      status=st.status if st else "not started",
                      b0_sha=st.b0_sha if st else "", bk_sha=st.bk_sha if st else "",
                      gain_ratio=None, candidates=list(st.candidates) if st else [])
+    # "too good to be true": faster on the objective, rejected because a guard failed
     res.guard_rejections = [f"#{r.candidate} {r.hypothesis}: {r.reason}" for r in records
-                            if r.decision == "reject" and any(g.status == "fail" for g in r.guards)]
+                            if r.decision == "reject" and (r.gain or 0) > 0
+                            and any(g.status == "fail" for g in r.guards)]
     if verdict is not None:
         o = verdict.objective
         if pick.status == "kept" and o is not None:

@@ -62,7 +62,7 @@ class TTSServer:
             try:
                 rid, frames, samples = self._events.get_nowait()
             except queue.Empty:
-                time.sleep(0)  # yield, then poll again
+                time.sleep(0.00005)  # nothing yet: poll again in 50 us
                 continue
             self.stats.chunks += 1
             self.stats.frames += frames
