@@ -188,11 +188,15 @@ def run_command(
         deadline = t0 + timeout_s
         while True:
             try:
-                pid, st, _ = os.wait4(proc.pid, os.WNOHANG)
+                pid, st, usage = os.wait4(proc.pid, os.WNOHANG)
             except ChildProcessError:
-                pid, st = proc.pid, 0
+                pid, st, usage = proc.pid, 0, None
             if pid:
                 status = st
+                # A run shorter than one poll is never sampled: the kernel's
+                # own high-water mark of the main process is the floor.
+                if measure and usage is not None:
+                    peak = max(peak, usage.ru_maxrss * 1024)
                 break
             if measure and ps is not None:
                 peak = max(peak, _tree_rss(ps))
