@@ -47,6 +47,10 @@ DEFAULT_PATCHES = (
 still B0 it costs two arms instead of three (the demo's budget is 10 minutes on
 2 cores). ``91-cap-utterance-length.patch`` (rejected by the WER guard) is
 there for ``--patch``."""
+DEFAULT_TUNER_ROUNDS = 1
+"""The tuner's rounds in the demo: its first knob (threads). Each round costs
+about a minute of the 10-minute budget; ``--tuner-rounds 2`` tries the RoPE
+variant too."""
 TASK_ID = "tiny-tts-demo"
 TARGET_GAIN = 1.30
 TARGET_SECONDS = 600.0
@@ -349,7 +353,7 @@ def run_demo(
     with Display(console, live=live) as display:
         st = load_state(state_dir)
         done = st.rounds_done if st else 0
-        n_tuner = tuner_rounds if tuner_rounds is not None else sum(max(1, len(k.values) - 1) for k in spec.knobs)
+        n_tuner = tuner_rounds if tuner_rounds is not None else DEFAULT_TUNER_ROUNDS
         result = None
         if n_tuner > 0 and done < n_tuner and not (st and st.agent_state.get("next")):
             display.set_phase(f"tuner: up to {n_tuner} rounds over the knobs")
@@ -444,7 +448,7 @@ def demo(
     out: Path = typer.Option(Path("rsi-demo"), "--out", help="Where the target repo, state and reports go."),
     verify: str = typer.Option("auto", "--verify", help="auto | sandbox | inprocess"),
     tuner_rounds: int | None = typer.Option(None, "--tuner-rounds", min=0,
-                                            help="Tuner rounds (default: one per knob value)."),
+                                            help="Tuner rounds (default: 1, the first knob)."),
     patch: list[Path] = typer.Option([], "--patch", help="Patches to replay (default: examples/demo-patches)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a killed demo from its saved state."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when a target of the demo is missed."),

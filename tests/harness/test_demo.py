@@ -107,7 +107,7 @@ def test_prepare_target_is_a_fresh_repo_without_patches(tmp_path):
 def test_demo_runs_tuner_then_replay_and_writes_reports(tmp_path):
     console, buf = _console()
     backend = StandInVerifier()
-    res = run_demo(tmp_path / "rsi-demo", verify=backend, console=console, live=False)
+    res = run_demo(tmp_path / "rsi-demo", verify=backend, console=console, live=False, tuner_rounds=2)
     out = buf.getvalue()
 
     hyps = [c.hypothesis for c in res.candidates]

@@ -154,7 +154,7 @@ def build(seed: int = 0) -> TinyTTS:
     return model
 
 
-def reference_audio(seed: int = 0, seconds: float = 1.5) -> torch.Tensor:
+def reference_audio(seed: int = 0, seconds: float = 3.0) -> torch.Tensor:
     """A deterministic reference clip for the speaker (a few harmonics + noise)."""
     g = torch.Generator().manual_seed(seed + 1)
     t = torch.arange(int(SAMPLE_RATE * seconds), dtype=torch.float32) / SAMPLE_RATE
