@@ -2,9 +2,8 @@
 
 Every function here is a function of data (verdicts, ledger records, task
 fields) returning text or a dict; nothing is sent from here (STYLE item 4).
-The verifier report itself is ``harness.report``'s markdown when that module
-is present; this module wraps it with the hidden sticky marker and keeps it
-under GitHub's comment limit.
+The verifier report itself is ``harness.report``'s markdown; this module wraps
+it with the hidden sticky marker and keeps it under GitHub's comment limit.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from harness.report import HistoryPoint, headline, render_markdown_report
 from verifier.verdict import Verdict
 
 COMMENT_LIMIT = 65536
@@ -67,15 +67,6 @@ def truncate(text: str, limit: int) -> str:
 # --------------------------------------------------------------------- numbers
 
 
-def _num(v: float | None) -> str:
-    if v is None:
-        return "—"
-    a = abs(v)
-    if a != 0 and (a >= 1e5 or a < 1e-3):
-        return f"{v:.3g}"
-    return f"{v:.4g}"
-
-
 def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v * 100:+.1f}%"
 
@@ -84,103 +75,13 @@ def _short(sha: str | None) -> str:
     return (sha or "?")[:10]
 
 
-def headline(v: Verdict) -> str:
-    icon, word = DECISION_WORDS.get(v.decision, ("", v.decision))
-    gain = ""
-    if v.objective is not None and v.objective.gain is not None:
-        gain = f": {v.objective.metric} {_pct(v.objective.gain)} vs Bk"
-    return f"{icon} **{word}**{gain} — {v.reason}"
-
-
 # --------------------------------------------------------------------- report
-
-
-def _fallback_report(v: Verdict, *, history: Sequence[tuple[str, float]] = (),
-                     ledger: Sequence[dict] = ()) -> str:
-    """A complete report without harness.report (used until it exists)."""
-    shas = v.shas or {}
-    acc = v.fingerprint.accelerator if v.fingerprint else "unknown hardware"
-    lines = [f"### rsi/verifier: {headline(v)}", "",
-             f"comparing {_short(shas.get('candidate'))} with Bk {_short(shas.get('bk'))} and "
-             f"B0 {_short(shas.get('b0'))} on {acc}", ""]
-    if v.metrics or v.guards:
-        lines += ["| metric | B0 | Bk | candidate | change | 95% interval | verdict |",
-                  "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
-        guard_of = {}
-        for g in v.guards:
-            guard_of.setdefault(g.metric, []).append(g)
-        obj_name = v.objective.metric if v.objective else None
-        for m in v.metrics:
-            change = _pct(m.ratio_vs_bk - 1) if m.ratio_vs_bk is not None else "—"
-            ci = (f"{_pct(m.ratio_vs_bk_ci.low - 1)} … {_pct(m.ratio_vs_bk_ci.high - 1)}"
-                  if m.ratio_vs_bk_ci else "—")
-            if m.name == obj_name:
-                word = f"objective: {v.decision}"
-            elif m.name in guard_of:
-                word = ", ".join(f"{g.status} ({g.against} {g.bound})" for g in guard_of[m.name])
-            else:
-                word = "info"
-            lines.append(f"| {m.name} ({m.direction}) | {_num(m.b0)} | {_num(m.bk)} | "
-                         f"{_num(m.candidate)} | {change} | {ci} | {word} |")
-        named = {m.name for m in v.metrics}
-        for g in v.guards:
-            if g.metric in named:
-                continue
-            ci = f"{_num(g.ci.low)} … {_num(g.ci.high)}" if g.ci else "—"
-            lines.append(f"| {g.name} | | | | {_num(g.value)} | {ci} | "
-                         f"{g.status} ({g.against} {g.bound}) |")
-        lines.append("")
-    if v.tradeoffs:
-        lines += ["**Tradeoffs**", ""] + [f"- {t}" for t in v.tradeoffs] + [""]
-    if v.warnings:
-        lines += ["**Warnings**", ""] + [f"- {w}" for w in v.warnings] + [""]
-    if v.error is not None:
-        lines += [f"**Error** in {v.error.stage}: {v.error.message}", ""]
-        if v.error.stderr_tail:
-            lines += ["```", v.error.stderr_tail[-2000:], "```", ""]
-    if history:
-        lines += mermaid_history(history, v.objective.metric if v.objective else "objective")
-    lines += [f"{v.pairs} pairs, {v.runs} runs, {v.duration_s:.0f} s.", ""]
-    details = []
-    if ledger:
-        details += ["**Ledger**", "", "```json"]
-        details += [_json(r) for r in ledger[-50:]]
-        details += ["```", ""]
-    if v.fingerprint is not None:
-        details += ["**Fingerprint**", "", "```json",
-                    v.fingerprint.model_dump_json(indent=1), "```", ""]
-    if details:
-        lines += ["<details><summary>Ledger and fingerprint</summary>", ""] + details + [
-            "</details>"]
-    return "\n".join(lines)
-
-
-def _json(obj: Any) -> str:
-    import json
-
-    if hasattr(obj, "model_dump_json"):
-        return obj.model_dump_json()
-    return json.dumps(obj, sort_keys=True, default=str)
-
-
-def mermaid_history(history: Sequence[tuple[str, float]], metric: str) -> list[str]:
-    """A Mermaid line chart of the objective over rounds."""
-    if not history:
-        return []
-    labels = ", ".join(f'"{str(p[0])[:12]}"' for p in history)
-    values = ", ".join(_num(p[1]) for p in history)
-    return ["```mermaid", "xychart-beta", f'  title "{metric} over rounds"',
-            f"  x-axis [{labels}]", f'  y-axis "{metric}"', f"  line [{values}]", "```", ""]
 
 
 def report_markdown(v: Verdict, *, history: Sequence[tuple[str, float]] = (),
                     ledger: Sequence[Any] = (), max_chars: int = COMMENT_LIMIT) -> str:
-    """The verifier report: ``harness.report.render_markdown_report`` (the same
-    report the demo writes), or this module's fallback when that is missing."""
-    try:
-        from harness.report import HistoryPoint, render_markdown_report
-    except ImportError:
-        return _fallback_report(v, history=history, ledger=ledger)
+    """The verifier report: ``harness.report.render_markdown_report``, the same
+    report the demo writes."""
     hist = None
     if not ledger and history:
         # (label, value) or (label, value, bk): Bk defaults to the previous step's
@@ -336,7 +237,7 @@ def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | No
     if hypothesis:
         lines += [f"> {hypothesis.strip()}", ""]
     if verdict is not None:
-        lines += [headline(verdict), ""]
+        lines += [headline(verdict), ""]  # harness.report's one-line verdict
     lines += ["This draft PR holds exactly one change. The verifier's full report is in the "
               "comment below and in the `rsi/verifier` check run.", "",
               "Merging it makes the merge commit the new baseline (Bk) for the next rounds; "

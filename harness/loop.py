@@ -676,6 +676,23 @@ def rebaseline(
     return result
 
 
+def _reverify_fields(st: LoopState, c: CandidateState, new_bk: str, sha: str) -> dict[str, Any]:
+    """The ledger fields of one re-check of candidate ``c`` on ``new_bk``."""
+    return {
+        "id": f"{st.task_id}/{c.n}/reverify/{new_bk[:12]}",
+        "event": "reverify",
+        "task": st.task_id,
+        "round": c.round,
+        "candidate": c.n,
+        "agent": c.agent or st.agent,
+        "hypothesis": c.hypothesis,
+        "branch": c.branch,
+        "sha": sha,
+        "base_sha": new_bk,
+        "b0_sha": st.b0_sha,
+    }
+
+
 def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: str) -> ReverifyOutcome:
     repo = loop.repo
     out = ReverifyOutcome(n=c.n, branch=c.branch, old_sha=c.sha, outcome="reverified")
@@ -694,17 +711,7 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
         out.outcome, out.reason = "conflict", f"does not apply on the new Bk {new_bk[:12]}: {exc.stderr.strip()[-300:]}"
         loop.ledger.append(
             LedgerRecord(
-                id=f"{st.task_id}/{c.n}/reverify/{new_bk[:12]}",
-                event="reverify",
-                task=st.task_id,
-                round=c.round,
-                candidate=c.n,
-                agent=c.agent or st.agent,
-                hypothesis=c.hypothesis,
-                branch=c.branch,
-                sha=c.sha,
-                base_sha=new_bk,
-                b0_sha=st.b0_sha,
+                **_reverify_fields(st, c, new_bk, c.sha),
                 decision="error",
                 reason="conflict: " + out.reason,
                 status="conflict",
@@ -731,21 +738,7 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
     )
     loop.ws.remove(name)
     status = "open" if verdict.decision in ("accept", "review") else "rolled_back"
-    record = LedgerRecord.from_verdict(
-        verdict,
-        id=f"{st.task_id}/{c.n}/reverify/{new_bk[:12]}",
-        event="reverify",
-        task=st.task_id,
-        round=c.round,
-        candidate=c.n,
-        agent=c.agent or st.agent,
-        hypothesis=c.hypothesis,
-        branch=c.branch,
-        sha=new_sha,
-        base_sha=new_bk,
-        b0_sha=st.b0_sha,
-        status=status,
-    )
+    record = LedgerRecord.from_verdict(verdict, **_reverify_fields(st, c, new_bk, new_sha), status=status)
     loop.ledger.append(record)
     c.sha, c.base_sha, c.decision, c.reason, c.status = new_sha, new_bk, verdict.decision, verdict.reason, status
     c.gain, c.ratio = record.gain, record.ratio

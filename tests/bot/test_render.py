@@ -71,15 +71,6 @@ def test_report_has_the_required_parts():
     assert len(text) < render.COMMENT_LIMIT
 
 
-def test_fallback_report_without_harness_report():
-    text = render._fallback_report(verdict(), history=[("B0", 40.0), ("#1", 47.0)],
-                                   ledger=[{"id": "3/1", "decision": "accept"}])
-    assert "comparing cacacacaca with Bk bkbkbkbkbk and B0 b0b0b0b0b0 on cpu" in text
-    assert "| throughput (higher) | 40 | 42 | 47 | +12.0% | +9.0% … +15.0% | objective: accept |" \
-        in text
-    assert "line [40, 47]" in text and '"id": "3/1"' in text
-
-
 def test_report_with_ledger_records():
     from harness.ledger import LedgerRecord
 
