@@ -141,7 +141,7 @@ def test_read_only_root_and_mounts(tmp_path: Path):
     (tmp_path / "rw").chmod(0o777)
     code = (
         "import pathlib\n"
-        "for p in ['/etc/x', '" + str(tmp_path / "ro" / "x") + "', '" + str(tmp_path / "rw" / "x") + "', '/tmp/x']:\n"
+        "for p in ['/etc/x', '" + str(tmp_path / "ro" / "x") + "', '" + str(tmp_path / "rw" / "x") + "', '/tmp/rsi-write-probe']:\n"
         "    try:\n"
         "        pathlib.Path(p).write_text('1'); print('WROTE', p)\n"
         "    except OSError:\n"
@@ -152,7 +152,7 @@ def test_read_only_root_and_mounts(tmp_path: Path):
                    Mount(source=str(tmp_path / "rw"), target=str(tmp_path / "rw"), read_only=False)]
     res = sandbox.run(job, RunnerProfile())
     assert "DENIED /etc/x" in res.output and f"DENIED {tmp_path}/ro/x" in res.output
-    assert f"WROTE {tmp_path}/rw/x" in res.output and "WROTE /tmp/x" in res.output
+    assert f"WROTE {tmp_path}/rw/x" in res.output and "WROTE /tmp/rsi-write-probe" in res.output
 
 
 @pytest.mark.docker
