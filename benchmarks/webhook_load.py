@@ -109,6 +109,9 @@ async def _sender(port: int, deadline: float, payloads, sent: list, lat: list, s
             else:
                 delivery = str(uuid.uuid4())
                 kind = "new"
+                # a new delivery has a body of its own (the store refuses a body it
+                # already processed under any delivery id: a replay)
+                body = body.rstrip()[:-1] + f', "rsi_load_delivery": "{delivery}"}}'.encode()
             t0 = intended if intended is not None else time.perf_counter()
             writer.write(_request(port, event, body, delivery))
             await writer.drain()

@@ -136,7 +136,8 @@ def create_app(settings: Settings, *, store: Store | None = None,
     ``start_workers``: called at startup, returning an object with ``stop()``
     (e.g. a :class:`bot.worker.WorkerPool`); None runs no workers here.
     """
-    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts,
+                           replay_window_s=settings.replay_window_s)
     registry = CollectorRegistry(auto_describe=True)
     deliveries = Counter("rsi_webhook_deliveries", "Webhook deliveries by outcome",
                          ["event", "outcome"], registry=registry)
@@ -174,6 +175,12 @@ def create_app(settings: Settings, *, store: Store | None = None,
         except webhook.WebhookError as e:
             deliveries.labels("?", "unauthorized" if e.status == 401 else "refused").inc()
             return e.status, {"error": e.message}
+        why = webhook.admitted(ev, repos=settings.allowed_repos,
+                               installations=settings.allowed_installations)
+        if why is not None:
+            deliveries.labels(ev.name, "not_served").inc()
+            return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": "ignored",
+                         "reason": why}
         try:
             job_id = await batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body)
         except Exception:

@@ -158,7 +158,7 @@ class RunWatcher:
             if isinstance(n, int):
                 ctx.store.update_task(task.id, generation=gen, rounds_done=n)
         elif v.kind == "refused":
-            self.note = str(v.get("message", default="refused"))
+            self.note = render.inert(str(v.get("message", default="refused")), max_len=2000)
             ctx.store.update_task(task.id, generation=gen, state="refused")
         else:
             return
@@ -168,11 +168,11 @@ class RunWatcher:
         ctx, task, gen = self.ctx, self.task, self.gen
         if status == "refused" or self.note:
             state = "refused"
-            self.note = self.note or reason
+            self.note = self.note or render.inert(reason, max_len=2000)
         elif status in ("stopped", "paused"):
             state = status
             if status == "paused":
-                self.note = f"Paused: {reason}. `/rsi resume` continues."
+                self.note = f"Paused: {render.inert(reason, max_len=2000)}. `/rsi resume` continues."
         else:
             state = "finished"
         t = ctx.store.task(task.id)
@@ -407,11 +407,12 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
                           lane=task_lane(t.id), key=f"run:{t.id}:{t.generation}:bk:{sha}")
     ctx.store.update_task(task.id, state="queued" if more else (
         "stopped" if t.stop else "finished"))
-    summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "none open"
+    summary = render.inert(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())),
+                           one_line=True, max_len=300) or "none open"
     _best_effort(refresh_status, ctx, task.id,
-                 note=f"Bk is now `{sha[:10]}`" + (f" (#{merged_pr} merged)" if merged_pr else "")
+                 note=f"Bk is now `{render._short(sha)}`" + (f" (#{merged_pr} merged)" if merged_pr else "")
                  + f". Open candidates re-verified ({summary}).")
-    return f"bk={sha[:10]} ({summary})"
+    return f"bk={render._short(sha)} ({summary})"
 
 
 def _report_conflict(ctx: Context, task: Task, cand: Candidate, merged_pr: int | None,

@@ -2,6 +2,9 @@
 
 Every function here is a function of data (verdicts, ledger records, task
 fields) returning text or a dict; nothing is sent from here (STYLE item 4).
+Untrusted text (hypotheses, proposal text and the errors quoting it, command
+arguments, verifier reasons, runner output) only enters through
+:func:`harness.text.inert` (or :func:`harness.text.fenced` for a block).
 The verifier report itself is ``harness.report``'s markdown; this module wraps
 it with the hidden sticky marker and keeps it under GitHub's comment limit.
 """
@@ -12,6 +15,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 from harness.report import HistoryPoint, headline, render_markdown_report
+from harness.text import fenced, inert
 from verifier.verdict import Verdict
 
 COMMENT_LIMIT = 65536
@@ -72,7 +76,7 @@ def _pct(v: float | None) -> str:
 
 
 def _short(sha: str | None) -> str:
-    return (sha or "?")[:10]
+    return re.sub(r"[^0-9a-fA-F]", "", sha or "")[:10] or "?"
 
 
 # --------------------------------------------------------------------- report
@@ -109,7 +113,7 @@ def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[tuple[str
 def check_run(v: Verdict, *, note: str = "") -> dict[str, Any]:
     """Arguments for ``GitHubPort.create_check_run`` (name and head sha added by the caller)."""
     icon, word = DECISION_WORDS.get(v.decision, ("", v.decision))
-    title = f"{word}: {v.reason}"[:200]
+    title = inert(f"{word}: {v.reason}", plain=True, max_len=200)
     note = note.rstrip() + "\n\n" if note else ""
     summary = note + report_markdown(v, max_chars=CHECK_SUMMARY_LIMIT - len(note) - 64)
     return {"conclusion": CONCLUSIONS.get(v.decision, "neutral"), "title": title,
@@ -119,7 +123,7 @@ def check_run(v: Verdict, *, note: str = "") -> dict[str, Any]:
 def check_run_error(message: str) -> dict[str, Any]:
     """A check run for a job that could not judge the change: neutral, never a failure."""
     return {"conclusion": "neutral", "title": "not judged: infrastructure error"[:200],
-            "summary": truncate(f"The verifier could not run: {message}\n\n"
+            "summary": truncate(f"The verifier could not run: {inert(message)}\n\n"
                                 "This says nothing about the change. `/rsi rerun` retries.",
                                 CHECK_SUMMARY_LIMIT)}
 
@@ -130,22 +134,27 @@ def check_run_error(message: str) -> dict[str, Any]:
 def task_summary(spec: Any) -> str:
     """A short summary of a TaskSpec (duck-typed: objective, guards, agent, runner)."""
     obj = dict(getattr(spec, "objective", {}) or {})
-    lines = [f"- **objective**: `{obj.get('metric', '?')}` of benchmark "
-             f"`{obj.get('benchmark', '?')}`, at least {_pct(float(obj.get('min_gain', 0)))} "
+    def t(x: Any) -> str:
+        return inert(x, one_line=True, max_len=120)
+
+    lines = [f"- **objective**: {t(obj.get('metric', '?'))} of benchmark "
+             f"{t(obj.get('benchmark', '?'))}, at least {_pct(float(obj.get('min_gain', 0)))} "
              "per candidate"]
     for g in getattr(spec, "guards", []) or []:
-        bound = (f"≤ {g['max_ratio']}x" if "max_ratio" in g else
-                 f"≤ +{g['max_delta']}" if "max_delta" in g else "")
-        lines.append(f"- **guard**: `{g.get('metric', '?')}` {bound}".rstrip())
+        bound = (f"≤ {t(g['max_ratio'])}x" if "max_ratio" in g else
+                 f"≤ +{t(g['max_delta'])}" if "max_delta" in g else
+                 f"≥ {t(g['min_ratio'])}x" if "min_ratio" in g else
+                 f"≥ {t(g['min_delta'])}" if "min_delta" in g else "")
+        lines.append(f"- **guard**: {t(g.get('metric', '?'))} {bound}".rstrip())
     for q in getattr(spec, "quality", []) or []:
-        lines.append(f"- **quality**: {q.get('kind', '?')} on `{q.get('output', '?')}`")
+        lines.append(f"- **quality**: {t(q.get('kind', '?'))} on {t(q.get('output', '?'))}")
     agent = getattr(spec, "agent", None)
     if agent is not None:
-        lines.append(f"- **agent**: `{getattr(agent, 'kind', '?')}`, "
-                     f"{getattr(agent, 'rounds', '?')} rounds")
+        lines.append(f"- **agent**: {t(getattr(agent, 'kind', '?'))}, "
+                     f"{t(getattr(agent, 'rounds', '?'))} rounds")
     runner = getattr(spec, "runner", None)
     if runner is not None and getattr(runner, "profile", None):
-        lines.append(f"- **runner**: `{runner.profile}`")
+        lines.append(f"- **runner**: {t(runner.profile)}")
     return "\n".join(lines)
 
 
@@ -167,14 +176,19 @@ STATE_WORDS = {
 def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
                    candidates: Iterable[Any] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
-                   note: str = "") -> str:
-    """The issue's sticky status comment."""
-    lines = [f"## rsi: {STATE_WORDS.get(state, state)}", ""]
+                   note: str = "", edit: tuple[str, str] | None = None,
+                   label: str = "rsi") -> str:
+    """The issue's sticky status comment. ``note`` is the bot's own text (callers
+    pass untrusted parts through ``inert``); ``errors`` are escaped here;
+    ``edit``: (approved body, edited body) of an edit not approved yet."""
+    lines = [f"## rsi: {STATE_WORDS.get(inert(state), inert(state))}", ""]
     if note:
         lines += [note, ""]
+    if edit is not None:
+        lines += edit_notice(edit[0], edit[1], label=label)
     if errors:
         lines += ["The proposal cannot run yet. Fix these and add the label again:", ""]
-        lines += [f"- {e}" for e in errors]
+        lines += [f"- {inert(e, one_line=True, max_len=1000)}" for e in errors]
         lines += ["", "The issue form (`.github/ISSUE_TEMPLATE/rsi-proposal.yml`) lists every "
                   "section; `rsi spec check` validates a proposal locally.", ""]
     if summary:
@@ -191,7 +205,7 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
             pr = f"#{c.pr_number}" if c.pr_number else "—"
             if c.state in ("merged", "closed", "conflict"):
                 pr += f" ({c.state})"
-            hyp = (c.hypothesis or "").replace("|", "\\|").replace("\n", " ")[:120]
+            hyp = inert(c.hypothesis or "", one_line=True, max_len=120)
             lines.append(f"| {c.n} | {icon} {word} | {hyp} | {pr} |")
         lines.append("")
     lines.append("_Commands: `/rsi status`, `/rsi stop`, `/rsi resume`, `/rsi budget N`, "
@@ -218,8 +232,30 @@ def help_text(label: str = "rsi") -> str:
     ])
 
 
+def edit_notice(approved: str, edited: str, *, label: str = "rsi", max_lines: int = 60
+                ) -> list[str]:
+    """Lines saying the issue was edited after the label, with the difference."""
+    import difflib
+
+    diff = list(difflib.unified_diff(approved.splitlines(), edited.splitlines(),
+                                     "proposal as labeled", "issue as edited", lineterm="", n=1))
+    if len(diff) > max_lines:
+        diff = diff[:max_lines] + [f"... {len(diff) - max_lines} more lines"]
+    return ["⚠️ **The issue was edited after the label.** The task runs the proposal as it "
+            "was when the label was added; the edit is not run. A person with write access "
+            f"can run it by commenting `/rsi rerun` on this issue, or by adding the `{label}` "
+            "label again. What changed:", "", fenced("\n".join(diff), info="diff"), ""]
+
+
 def refusal(user: str, command: str, reason: str) -> str:
-    return f"@{user} `/rsi {command}` was not run: {reason}"
+    """A refused command. ``command`` (as the commenter wrote it) is escaped;
+    ``reason`` is the bot's own text (escape untrusted parts where it is made)."""
+    return (f"@{user} the command /rsi {inert(command, one_line=True, max_len=200)} was not "
+            f"run: {reason}")
+
+
+def label_refusal(user: str, label: str, reason: str) -> str:
+    return f"@{user} the `{inert(label, plain=True)}` label did not start a task: {reason}"
 
 
 def ack(user: str, text: str) -> str:
@@ -227,15 +263,16 @@ def ack(user: str, text: str) -> str:
 
 
 def pr_title(issue: int, n: int, hypothesis: str | None) -> str:
-    hyp = (hypothesis or "candidate").strip().splitlines()[0] if hypothesis else "candidate"
-    return f"rsi #{issue}.{n}: {hyp}"[:250]
+    hyp = (hypothesis or "").strip().splitlines()[0] if (hypothesis or "").strip() else ""
+    return f"rsi #{issue}.{n}: " + (inert(hyp, plain=True, max_len=200) or "candidate")
 
 
 def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | None,
             labeler: str | None) -> str:
     lines = [f"Candidate {n} of task #{issue} (part of #{issue}).", ""]
-    if hypothesis:
-        lines += [f"> {hypothesis.strip()}", ""]
+    if hypothesis and hypothesis.strip():
+        quoted = inert(hypothesis.strip(), max_len=2000).splitlines()
+        lines += [f"> {q}" for q in quoted] + [""]
     if verdict is not None:
         lines += [headline(verdict), ""]  # harness.report's one-line verdict
     lines += ["This draft PR holds exactly one change. The verifier's full report is in the "
@@ -250,7 +287,7 @@ def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | No
 def conflict_note(merged_pr: int | None, detail: str) -> str:
     where = f" with #{merged_pr}" if merged_pr else ""
     return (f"⚠️ **This candidate conflicts{where}**: it no longer applies to the new Bk, so it "
-            f"was not re-verified. Rebase it by hand or close it.\n\n```\n{detail[-1500:]}\n```")
+            f"was not re-verified. Rebase it by hand or close it.\n\n{fenced(detail[-1500:])}")
 
 
 def reverified_note(bk: str | None, merged_pr: int | None = None) -> str:

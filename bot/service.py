@@ -33,7 +33,8 @@ def build_port(settings: Settings) -> GitHubPort:
 
 def build_context(settings: Settings, *, store: Store | None = None,
                   gh: GitHubPort | None = None, harness: HarnessPort | None = None) -> Context:
-    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts,
+                           replay_window_s=settings.replay_window_s)
     return Context(settings=settings, store=store,
                    gh=gh or build_port(settings), harness=harness or RealHarness())
 
@@ -65,13 +66,15 @@ def job_failed(ctx: Context):
         task_id = (job.payload or {}).get("task_id")
         if task_id is None:
             return
+        from bot import render
         from bot.status import refresh_status
 
         last = (error.strip().splitlines() or ["unknown error"])[-1][:300]
         if job.kind in ("run_task", "rebaseline"):
             ctx.store.update_task(task_id, state="failed")
         refresh_status(ctx, task_id, note=(
-            f"⚠️ The `{job.kind}` job failed after {job.attempts} attempt(s): `{last}`. This is "
+            f"⚠️ The `{job.kind}` job failed after {job.attempts} attempt(s): "
+            f"{render.inert(last, one_line=True)}. This is "
             "an infrastructure problem, not a verdict on any change; `/rsi resume` or "
             "`/rsi rerun` tries again."))
 

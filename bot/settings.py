@@ -82,6 +82,34 @@ class Settings(BaseSettings):
         description="Runner labels for the actions executor, comma-separated.",
     )
     public_url: str | None = Field(None, description="Where this bot is reachable (details links).")
+    allowed_repos: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Repositories served, comma-separated: owner/name or owner/* (empty: every "
+        "repository the App is installed on). Deliveries for others are acknowledged, not stored.")
+    allowed_installations: Annotated[list[int], NoDecode] = Field(
+        default_factory=list,
+        description="Installation ids served, comma-separated (empty: any).")
+    replay_window_s: float = Field(
+        7 * 86400.0, gt=0,
+        description="How long a processed body's digest is kept: the same signed body under a "
+        "new delivery id is refused as a duplicate within this window.")
+
+    @field_validator("allowed_repos", "allowed_installations", mode="before")
+    @classmethod
+    def _split_lists(cls, v):
+        if isinstance(v, str):
+            return [s.strip() for s in v.split(",") if s.strip()]
+        return v
+
+    @field_validator("allowed_repos")
+    @classmethod
+    def _repo_patterns(cls, v: list[str]) -> list[str]:
+        import re
+
+        for p in v:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+/(\*|[A-Za-z0-9_.-]+)", p):
+                raise ValueError(f"'{p}' is not owner/name or owner/*")
+        return v
 
     @field_validator("webhook_secret", "runner_labels", mode="before")
     @classmethod

@@ -16,5 +16,8 @@ def refresh_status(ctx: Context, task_id: int, *, note: str = "",
         return
     body = render.status_comment(state=t.state, summary=t.summary or "", errors=errors,
                                  candidates=ctx.store.candidates(t.id), budget=t.budget,
-                                 rounds_done=t.rounds_done, bk=t.bk_sha, b0=t.b0_sha, note=note)
+                                 rounds_done=t.rounds_done, bk=t.bk_sha, b0=t.b0_sha, note=note,
+                                 edit=((t.proposal or "", t.edited_proposal)
+                                       if t.edited_proposal is not None else None),
+                                 label=ctx.settings.trigger_label)
     sticky.upsert(ctx.gh, ctx.store, t.repo, t.issue, render.STATUS, body, login=ctx.login())

@@ -13,7 +13,12 @@ Job states::
 
 * A delivery is claimed by inserting its id (``ON CONFLICT DO NOTHING``); the
   event job is inserted in the same transaction, so a delivery is stored and
-  queued exactly once.
+  queued exactly once. The SHA-256 of its signed body is claimed the same way
+  (kept for ``replay_window_s``): a captured body replayed under a fresh
+  delivery id is a duplicate too.
+* A job dispatched to GitHub Actions is recorded with a one-time nonce
+  (``Dispatch``); only a result carrying a recorded, unconsumed nonce is
+  ingested, once.
 * A job is claimed by one ``UPDATE ... WHERE id = (SELECT ... LIMIT 1 [FOR
   UPDATE SKIP LOCKED]) RETURNING``; a running job holds a lease that its
   worker renews (heartbeat). A dead worker's lease runs out and the job is
@@ -24,6 +29,7 @@ Job states::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -73,6 +79,35 @@ class Delivery(Base):
         return json.loads(self.body)
 
 
+class BodyDigest(Base):
+    """SHA-256 of a processed webhook body (the part the signature covers)."""
+
+    __tablename__ = "body_digests"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    delivery_id: Mapped[str] = mapped_column(String(200))
+    received_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class Dispatch(Base):
+    """A job the bot dispatched to the ``actions`` executor, keyed by its nonce.
+
+    ``base_sha``: the commit every branch in the result must descend from (the
+    task's Bk when dispatched). ``consumed_at``: set once, when its result is
+    ingested; a replayed result finds it consumed."""
+
+    __tablename__ = "dispatches"
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    repo: Mapped[str] = mapped_column(String(300))
+    task_id: Mapped[int] = mapped_column(Integer)
+    generation: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(50))
+    doc: Mapped[Any] = mapped_column(JSON)
+    base_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    consumed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
 class Job(Base):
     __tablename__ = "jobs"
     # at most one running job per lane, enforced by the database (concurrent
@@ -117,6 +152,9 @@ class Task(Base):
     bk_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
     summary: Mapped[str | None] = mapped_column(Text, nullable=True)
     proposal: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The proposal as the writer saw it when labeling (never re-read)."""
+    edited_proposal: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The issue body after an edit that no writer has approved yet."""
     rounds_done: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
@@ -171,8 +209,11 @@ class ClaimedJob:
 class Store:
     """All database access of the bot. Thread-safe; one per process."""
 
-    def __init__(self, url: str, *, clock=time.time, create: bool = True, max_attempts: int = 8):
+    def __init__(self, url: str, *, clock=time.time, create: bool = True, max_attempts: int = 8,
+                 replay_window_s: float = 7 * 86400.0):
         self.url = url
+        self.replay_window_s = replay_window_s
+        self._pruned_at = 0.0
         self.max_attempts = max_attempts  # default for new jobs
         self.clock = clock
         self.sqlite = url.startswith("sqlite")
@@ -262,22 +303,31 @@ class Store:
     def record_deliveries(self, items: list[tuple[str, str, str | None, dict | str]]
                           ) -> list[int | None]:
         """:meth:`record_delivery` for many deliveries in one transaction (group
-        commit: the web process batches concurrent deliveries)."""
+        commit: the web process batches concurrent deliveries). A body already
+        seen (its SHA-256, within the replay window) is a duplicate whatever its
+        delivery id."""
         if self._ins_delivery is None:
             d = Delivery.__table__
             self._ins_delivery = (self._insert(d).on_conflict_do_nothing(index_elements=["id"])
                                   .returning(d.c.id))
         now = self.clock()
-        rows, first = [], set()
+        rows, first, digests = [], set(), {}
         for delivery_id, event_name, action, payload in items:
-            if delivery_id in first:
-                continue  # the same id twice in one batch: the first one claims it
+            body = payload if isinstance(payload, str) else json.dumps(payload)
+            digest = hashlib.sha256(body.encode()).hexdigest()
+            if delivery_id in first or digest in digests:
+                continue  # the same id or body twice in one batch: the first one claims it
             first.add(delivery_id)
+            digests[digest] = delivery_id
             rows.append({"id": delivery_id, "event": event_name, "action": action,
-                         "received_at": now,
-                         "body": payload if isinstance(payload, str) else json.dumps(payload)})
+                         "received_at": now, "body": body})
         with self.tx() as s:
             conn = s.connection()
+            self._prune_digests(conn, now)
+            fresh = self._claim_digests(conn, digests, now)
+            rows = [r for r in rows if r["id"] in fresh]
+            if not rows:
+                return [None] * len(items)
             claimed = set(conn.execute(self._ins_delivery, rows).scalars()) if len(rows) > 1 \
                 else {x for x in [conn.execute(self._ins_delivery, rows[0]).scalar()] if x}
             if not claimed:
@@ -297,6 +347,28 @@ class Store:
             seen.add(delivery_id)
             out.append(job_id if delivery_id in claimed else None)
         return out
+
+    def _claim_digests(self, conn, digests: dict[str, str], now: float) -> set[str]:
+        """Insert the bodies' digests; the delivery ids whose digest was new."""
+        if not digests:
+            return set()
+        t = BodyDigest.__table__
+        ins = self._insert(BodyDigest).on_conflict_do_nothing(
+            index_elements=["digest"]).returning(t.c.digest)
+        got: set[str] = set()
+        for d, delivery_id in digests.items():
+            row = conn.execute(ins, {"digest": d, "delivery_id": delivery_id,
+                                     "received_at": now}).scalar()
+            if row:
+                got.add(delivery_id)
+        return got
+
+    def _prune_digests(self, conn, now: float) -> None:
+        if now - self._pruned_at < 60:
+            return
+        self._pruned_at = now
+        conn.execute(BodyDigest.__table__.delete().where(
+            BodyDigest.received_at < now - self.replay_window_s))
 
     def delivery(self, delivery_id: str) -> Delivery | None:
         with self.tx() as s:
@@ -557,6 +629,34 @@ class Store:
                                     comment_id=comment_id))
             else:
                 row.comment_id = comment_id
+
+    # -- dispatches (actions executor) -----------------------------------------
+    def record_dispatch(self, nonce: str, *, repo: str, task_id: int, generation: int,
+                        kind: str, doc: dict, base_sha: str | None) -> None:
+        with self.tx() as s:
+            s.add(Dispatch(nonce=nonce, repo=repo, task_id=task_id, generation=generation,
+                           kind=kind, doc=doc, base_sha=base_sha, created_at=self.clock()))
+
+    def set_dispatch_run(self, nonce: str, run_id: int | None) -> None:
+        with self.tx() as s:
+            s.execute(update(Dispatch).where(Dispatch.nonce == nonce).values(run_id=run_id))
+
+    def dispatch(self, nonce: str) -> Dispatch | None:
+        with self.tx() as s:
+            return s.get(Dispatch, nonce)
+
+    def consume_dispatch(self, nonce: str) -> bool:
+        """Mark a dispatch's result as ingested; False when it already was."""
+        with self.tx() as s:
+            r = s.execute(update(Dispatch).where(Dispatch.nonce == nonce,
+                                                 Dispatch.consumed_at.is_(None))
+                          .values(consumed_at=self.clock()))
+            return r.rowcount == 1
+
+    def release_dispatch(self, nonce: str) -> None:
+        """Undo :meth:`consume_dispatch` (the ingest failed and will be retried)."""
+        with self.tx() as s:
+            s.execute(update(Dispatch).where(Dispatch.nonce == nonce).values(consumed_at=None))
 
     # -- installations --------------------------------------------------------
     def set_installation(self, inst_id: int, *, account: str | None = None,

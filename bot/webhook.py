@@ -11,11 +11,20 @@ body larger than the cap                     413
 missing, sha1-only or wrong signature        401
 missing event or delivery header             400
 body not a JSON object                       400
+JSON nested deeper than ``MAX_DEPTH``        400
+payload that does not fit its event          400
 ==========================================  ======
+
+The delivery id and the event name are not signed: ``Event.digest`` (SHA-256 of
+the signed body) lets the store refuse a body it already processed under a new
+delivery id, and :data:`SHAPES` refuses a body sent under an event name it
+does not fit. :func:`admitted` says whether a repository or installation is
+served at all (``RSI_ALLOWED_REPOS`` / ``RSI_ALLOWED_INSTALLATIONS``).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import hmac
 import json
@@ -40,6 +49,11 @@ class Event:
     delivery_id: str  # X-GitHub-Delivery
     payload: dict[str, Any] = field(repr=False)
     body: str = field(default="", repr=False, compare=False)  # the payload's JSON text
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the payload text (what the signature covers)."""
+        return hashlib.sha256(self.body.encode()).hexdigest()
 
     @property
     def key(self) -> str:
@@ -122,8 +136,15 @@ def parse(
         payload = json.loads(text)
     except (UnicodeDecodeError, ValueError, KeyError, IndexError) as e:
         raise WebhookError(400, f"malformed payload: {type(e).__name__}") from None
+    except RecursionError:
+        raise WebhookError(400, "malformed payload: JSON nested too deeply") from None
     if not isinstance(payload, dict):
         raise WebhookError(400, "payload is not a JSON object")
+    if _depth(payload) > MAX_DEPTH:
+        raise WebhookError(400, f"payload nested deeper than {MAX_DEPTH} levels")
+    problem = shape_problem(name.strip(), payload)
+    if problem:
+        raise WebhookError(400, f"payload does not fit event {name.strip()!r}: {problem}")
     action = payload.get("action")
     return Event(
         name=name.strip(),
@@ -132,3 +153,74 @@ def parse(
         payload=payload,
         body=text,
     )
+
+
+MAX_DEPTH = 64
+"""GitHub's payloads nest about 8 levels; anything past this is refused (400)."""
+
+_OBJ = dict
+# event -> (required object keys, allowed actions or None for any/none)
+SHAPES: dict[str, tuple[tuple[str, ...], frozenset[str] | None]] = {
+    "issues": (("issue", "repository", "sender"), None),
+    "issue_comment": (("issue", "comment", "repository", "sender"),
+                      frozenset({"created", "edited", "deleted"})),
+    "pull_request": (("pull_request", "repository", "sender"), None),
+    "workflow_run": (("workflow_run", "workflow", "repository", "sender"),
+                     frozenset({"requested", "in_progress", "completed"})),
+    "installation": (("installation", "sender"), None),
+    "installation_repositories": (("installation", "sender"), frozenset({"added", "removed"})),
+}
+
+
+def shape_problem(name: str, payload: dict[str, Any]) -> str | None:
+    """Why ``payload`` cannot be a ``name`` event (None when it fits). Events
+    the bot does not act on are not checked: they are acknowledged and ignored."""
+    shape = SHAPES.get(name)
+    if shape is None:
+        return None
+    keys, actions = shape
+    for k in keys:
+        if not isinstance(payload.get(k), dict):
+            return f"'{k}' is missing or not an object"
+    action = payload.get("action")
+    if not isinstance(action, str):
+        return "'action' is missing"
+    if actions is not None and action not in actions:
+        return f"unknown action {action!r}"
+    if "repository" in keys and not isinstance(payload["repository"].get("full_name"), str):
+        return "'repository.full_name' is missing"
+    return None
+
+
+def _depth(obj: Any) -> int:
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict):
+            deepest = max(deepest, d)
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, list):
+            deepest = max(deepest, d)
+            stack.extend((v, d + 1) for v in o)
+    return deepest
+
+
+def admitted(event: Event, *, repos: Sequence[str] = (),
+             installations: Sequence[int] = ()) -> str | None:
+    """None when the bot serves this event's repository and installation; else
+    why not. Empty allow-lists allow everything; ``repos`` entries are
+    ``owner/name`` or ``owner/*`` (case-insensitive)."""
+    if installations:
+        inst = event.installation_id
+        if inst is not None and inst not in installations:
+            return f"installation {inst} is not in RSI_ALLOWED_INSTALLATIONS"
+        if inst is None and event.name not in ("ping",):
+            return "no installation, and RSI_ALLOWED_INSTALLATIONS is set"
+    if repos:
+        repo = event.repo
+        if repo is None:
+            return None if event.name.startswith("installation") or event.name == "ping" \
+                else "no repository, and RSI_ALLOWED_REPOS is set"
+        if not any(fnmatch.fnmatchcase(repo.lower(), p.lower()) for p in repos):
+            return f"repository {repo} is not in RSI_ALLOWED_REPOS"
+    return None

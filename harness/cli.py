@@ -41,7 +41,7 @@ def spec_check(
         console.print(f"[red]{len(exc.errors)} problem(s) in {issue}:[/red]")
         for e in exc.errors:
             console.print(f"  - {e}", markup=False, highlight=False)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     obj = spec.objective
     console.print(f"[green]ok[/green]: task {spec.task_id}", highlight=False)
     console.print(
@@ -86,10 +86,10 @@ def run_cmd(
         console.print(f"[red]{len(exc.errors)} problem(s):[/red]")
         for e in exc.errors:
             console.print(f"  - {e}", markup=False, highlight=False)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if keep not in (None, "advance", "propose"):
         console.print("--keep must be advance or propose")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if state_dir is None:
         common = Path(git(repo, "rev-parse", "--git-common-dir"))
         common = common if common.is_absolute() else (repo / common)

@@ -1,7 +1,21 @@
 """Thin, explicit wrappers around the git CLI (argv lists, no shell).
 
-Every call passes ``-c safe.directory=*``: worktrees are shared with sandboxed
-agents running as another uid, and git would otherwise refuse to read them.
+Host git only ever runs in host-owned repositories (the target clone, its
+host-made worktrees, exports), never in a tree an agent wrote: candidates are
+exported from the agent's tree as plain files first (``harness.workspace``).
+Every call still runs hardened, as defence in depth:
+
+* no ``safe.directory=*``: git's own guard against repositories owned by
+  another user (an agent's uid) stays on;
+* ``core.fsmonitor=false`` and ``core.hooksPath=/dev/null``: no configured
+  command runs on reads or commits; ``submodule.recurse=false`` and
+  ``--no-recurse-submodules`` wherever a command takes it: submodules are
+  never followed;
+* ``GIT_CONFIG_NOSYSTEM=1`` and a clean environment: only ``PATH``, ``HOME``,
+  ``LANG``/``LC_ALL``, the fixed commit identity and what the caller passes
+  (e.g. ``bot.gh`` remote auth for a push); never the bot's own secrets
+  (``RSI_*``, ``GITHUB_*``, ``*_KEY``, ``*_TOKEN``, ``*_SECRET``...).
+
 Commits made by the harness carry a fixed identity so they never depend on the
 user's git config.
 """
@@ -9,11 +23,27 @@ user's git config.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 BOT_NAME = "rsi-bot"
 BOT_EMAIL = "rsi-bot@users.noreply.github.com"
+
+HARDENING = (
+    "-c", "core.fsmonitor=false",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "submodule.recurse=false",
+    "-c", "fetch.recurseSubmodules=false",
+    "-c", "core.untrackedCache=false",
+    "-c", "protocol.ext.allow=never",
+)
+"""``-c`` options put before every git command this project runs."""
+
+PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
+"""The only variables of the caller's environment that git sees."""
+
+SECRET_NAME = re.compile(r"^(RSI_|GITHUB_|GH_)|(_KEY|_TOKEN|_SECRET|_PASSWORD|_PASS|_CREDENTIALS?)$", re.IGNORECASE)
 
 
 class GitError(RuntimeError):
@@ -24,18 +54,26 @@ class GitError(RuntimeError):
         super().__init__(f"git {' '.join(args)} failed ({code}): {stderr.strip()[-2000:]}")
 
 
-def bot_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+def is_secret_name(name: str) -> bool:
+    """True for names of variables that must never reach a subprocess we do
+    not need them in (the bot's App key, webhook secret, API tokens)."""
+    return bool(SECRET_NAME.search(name))
+
+
+def bot_env(extra: dict[str, str] | None = None, *, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a git call: a clean one, never ``os.environ``.
+    ``extra`` (the caller's own, e.g. a push's auth header) is added last."""
+    source = os.environ if environ is None else environ
+    env = {k: source[k] for k in PASSED_ENV if source.get(k)}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(
         GIT_AUTHOR_NAME=BOT_NAME,
         GIT_AUTHOR_EMAIL=BOT_EMAIL,
         GIT_COMMITTER_NAME=BOT_NAME,
         GIT_COMMITTER_EMAIL=BOT_EMAIL,
         GIT_TERMINAL_PROMPT="0",
+        GIT_CONFIG_NOSYSTEM="1",
     )
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
-    env.pop("GIT_INDEX_FILE", None)
     if extra:
         env.update(extra)
     return env
@@ -50,13 +88,15 @@ def git(
     text: bool = True,
 ) -> str:
     """Run git in ``cwd`` and return stdout (stripped of the final newline)."""
-    argv = ["git", "-c", "safe.directory=*", "-c", "core.hooksPath=/dev/null", *args]
+    argv = ["git", *HARDENING, *args]
     proc = subprocess.run(  # noqa: PLW1510 - the return code is read below
         argv,
         cwd=str(cwd),
         input=input.encode() if (isinstance(input, str) and not text) else input,
         capture_output=True,
         text=text,
+        encoding="utf-8" if text else None,
+        errors="replace" if text else None,  # an agent's file in a diff may be any bytes
         env=bot_env(env),
     )
     if check and proc.returncode != 0:

@@ -75,6 +75,9 @@ class LedgerRecord(BaseModel):
     gain_vs_b0: float | None = None
     guards: list[GuardOutcome] = Field(default_factory=list)
     violations: list[str] = Field(default_factory=list)
+    left_out: list[str] = Field(default_factory=list)
+    """What the host did not take from the agent's tree (``.git`` entries,
+    FIFOs and other special files, files the repo ignores), with the reason."""
     change: dict[str, Any] | None = None
     """Structured change, for agents that have one (tuner: {knob, value, was, context})."""
     patch_id: str = ""

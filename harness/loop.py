@@ -6,10 +6,15 @@
       |- B0: calibrate (A/A pairs); refuse when too noisy for min_gain
       '- each round, until the budget, should_stop(), N straight rejections,
          or an agent with nothing left to try:
-           agent   fresh worktree of Bk + TASK.md -> agent edits it
-           policy  diff checked (unidiff); a violation is a reject
+           agent   plain export of Bk (sandbox uid) + TASK.md -> agent edits it
+           take    the agent's tree exported as regular files (no links
+                   followed, no .git, no FIFOs, size caps) into a host-owned
+                   dir, staged in a private index of the host repo
            commit  rsi/<task>/<n>, hypothesis as the subject
-           verify  fresh container: candidate vs Bk and B0
+           policy  the committed diff checked (unidiff); a violation is a reject
+           verify  fresh exports of the committed shas (B0, Bk, candidate),
+                   removed afterwards; the verifier runs each benchmark run
+                   in its own container
            record  one ledger line (rsi/ledger); keep:
                      advance -> Bk = candidate now
                      propose -> candidate stays open for review
@@ -40,13 +45,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.agents import Agent, AgentContext, AgentOutcome, make_agent
+from harness.agents.base import host_dir, write_host_file
 from harness.agents.taskmd import write_task_md
 from harness.gitutil import GitError, git, git_ok, rev_parse
 from harness.ledger import Ledger, LedgerRecord
 from harness.policy import PolicyResult, check_diff
 from harness.spec import TaskSpec
 from harness.verification import VerifierBackend, calibration_ok, error_verdict, make_backend
-from harness.workspace import Workspace, candidate_branch
+from harness.workspace import CandidateCommit, TreeExport, Workspace, candidate_branch
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +133,7 @@ class InProgress(BaseModel):
     reason: str = ""
     verdict: dict[str, Any] | None = None
     patch_id: str = ""
+    left_out: list[str] = Field(default_factory=list)
 
 
 class LoopState(BaseModel):
@@ -241,13 +248,17 @@ class _Loop:
 
         return cb
 
-    def b0_dir(self, st: LoopState) -> Path:
-        return self.ws.ensure("b0", st.b0_sha)
+    def verify(self, key: str, shas: dict[str, str], *, with_b0: bool, calibration, progress) -> Any:
+        """The verdict on fresh exports of ``shas`` (bk, candidate, b0), made
+        for this call and removed after it: never a tree an agent touched."""
+        refs = {"bk": shas["bk"], "candidate": shas["candidate"], "b0": shas["b0"] if with_b0 else None}
+        with self.ws.exports(f"verify-{key}", refs) as d:
+            return self.backend.verify(d["bk"], d["candidate"], self.spec, b0=d.get("b0"), shas=shas,
+                                       calibration=calibration, progress=progress)
 
-    def bk_dir(self, st: LoopState) -> Path:
-        if st.bk_sha == st.b0_sha:
-            return self.b0_dir(st)
-        return self.ws.ensure("bk", st.bk_sha)
+    def calibrate(self, key: str, sha: str) -> dict[str, Any]:
+        with self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d:
+            return self.backend.calibrate(d["ref"], self.spec, progress=self.progress())
 
     def save(self, st: LoopState) -> None:
         save_state(self.state_dir, st)
@@ -256,10 +267,9 @@ class _Loop:
     def baseline(self, st: LoopState) -> bool:
         if st.calibration is not None:
             return True
-        b0 = self.b0_dir(st)
         self.emit("progress", f"measuring B0 {st.b0_sha[:12]} (calibration)", data={"phase": "calibrate"})
         try:
-            cal = self.backend.calibrate(b0, self.spec, progress=self.progress())
+            cal = self.calibrate("b0", st.b0_sha)
         except Exception as exc:  # noqa: BLE001 - a failed calibration refuses the task, with the reason
             st.status, st.reason = "refused", f"could not measure B0: {exc}"
             self.save(st)
@@ -311,13 +321,11 @@ class _Loop:
 
     def agent_stage(self, st: LoopState, ip: InProgress, agent: Agent) -> bool:
         name = f"cand-{ip.n}"
-        wt = self.ws.checkout(name, ip.base_sha, writable_by_others=True)
-        io_dir = self.state_dir / "rounds" / str(ip.n)
-        io_dir.mkdir(parents=True, exist_ok=True)
+        wt = self.ws.agent_tree(name, ip.base_sha)
+        io_dir = host_dir(self.state_dir / "rounds" / str(ip.n))
         records = self.ledger.records()
         task_md = write_task_md(self.spec, records, round=ip.round, bk_sha=ip.base_sha, workdir="/work/repo")
-        (io_dir / "TASK.md").write_text(task_md)
-        agent_state = copy.deepcopy(ip.agent_state_before)
+        write_host_file(io_dir / "TASK.md", task_md, 0o644)
         ctx = AgentContext(
             spec=self.spec,
             worktree=wt,
@@ -327,8 +335,9 @@ class _Loop:
             task_md=task_md,
             task_file=io_dir / "TASK.md",
             io_dir=io_dir,
+            scratch_dir=io_dir / "out",
             ledger=records,
-            state=agent_state,
+            state=copy.deepcopy(ip.agent_state_before),
             timeout_s=self.spec.agent.round_timeout_s,
         )
         t0 = time.monotonic()
@@ -337,14 +346,11 @@ class _Loop:
         except Exception as exc:  # noqa: BLE001 - an agent crash is an error candidate
             outcome = AgentOutcome(error=f"agent {agent.name} raised {type(exc).__name__}: {exc}")
         outcome.duration_s = outcome.duration_s or (time.monotonic() - t0)
+        ip.branch = candidate_branch(self.spec.task_id, ip.n)
+        taken, export = self.take(ip, wt, outcome, agent.name)
         if outcome.log:
-            (io_dir / "agent.log").write_text(outcome.log)
-        diff = ""
-        try:
-            diff = self.ws.collect(wt)
-        except GitError as exc:
-            outcome.error = outcome.error or f"could not read the agent's changes: {exc}"
-        if outcome.done and not diff.strip() and not outcome.error:
+            write_host_file(io_dir / "agent.log", outcome.log)
+        if outcome.done and not taken.sha and not outcome.error:
             st.in_progress = None
             st.status, st.reason = "exhausted", outcome.hypothesis or f"{agent.name} has nothing left to try"
             self.ws.remove(name)
@@ -355,49 +361,60 @@ class _Loop:
             f"{agent.name}: {outcome.hypothesis or '(no hypothesis)'}" + (f" [error: {outcome.error}]" if outcome.error else ""),
             round=ip.round,
             candidate=ip.n,
-            data={"duration_s": outcome.duration_s, "error": outcome.error},
+            data={"duration_s": outcome.duration_s, "error": outcome.error, "left_out": ip.left_out},
         )
+        self.judge_taken(ip, outcome, taken, export)
+        ip.agent_state_after = ctx.state
+        ip.stage = "record" if ip.decision else "verify"
+        self.save(st)
+        self.ws.remove(name)
+        return True
 
+    def take(self, ip: InProgress, wt: Path, outcome: AgentOutcome, agent_name: str) -> tuple[CandidateCommit, TreeExport]:
+        """Export the agent's tree as plain files into a host-owned dir and
+        commit it on the candidate's branch (the host never runs git in ``wt``)."""
+        export_name = f"cand-{ip.n}.export"
+        taken, export = CandidateCommit(), TreeExport()
+        try:
+            dest, export = self.ws.export_candidate(wt, export_name)
+            body = f"rsi task {self.spec.task_id}, round {ip.round}, agent {agent_name}\nBk: {ip.base_sha}"
+            taken = self.ws.commit_candidate(dest, ip.base_sha, ip.branch, outcome.hypothesis, body)
+        except Exception as exc:  # noqa: BLE001 - whatever the agent left, the loop goes on: an error candidate
+            outcome.error = outcome.error or f"could not take the agent's changes: {type(exc).__name__}: {exc}"
+        finally:
+            self.ws.remove(export_name)
+        ip.left_out = export.notes() + [f"{p}: ignored by the repo, not committed" for p in taken.ignored]
+        if ip.left_out:
+            outcome.log += "\n[rsi] left out of the candidate:\n" + "\n".join(f"  {x}" for x in ip.left_out) + "\n"
+        return taken, export
+
+    def judge_taken(self, ip: InProgress, outcome: AgentOutcome, taken: CandidateCommit, export: TreeExport) -> None:
+        """The edit policy on exactly the committed diff (and the raw patch a
+        replay agent gave); sets ``ip.decision`` when no verification is due."""
         pol = PolicyResult()
         if outcome.raw_patch:
             pol = check_diff(outcome.raw_patch, self.spec.policy, extra_protected=self.extra_protected)
-        if pol.ok and diff.strip():
-            pol = check_diff(diff, self.spec.policy, extra_protected=self.extra_protected)
+        if pol.ok and taken.diff.strip():
+            pol = check_diff(taken.diff, self.spec.policy, extra_protected=self.extra_protected)
         ip.policy = pol.model_dump()
         ip.outcome = outcome.model_dump(exclude={"log", "raw_patch"})
-        ip.agent_state_after = ctx.state
-        ip.branch = candidate_branch(self.spec.task_id, ip.n)
-        if not pol.ok:
+        ip.sha = taken.sha
+        if taken.sha:
+            ip.patch_id = self.ws.patch_id(ip.base_sha, taken.sha)
+        if export.problems():
+            ip.decision, ip.reason = "reject", "export: " + "; ".join(export.problems())
+        elif not pol.ok:
             ip.decision, ip.reason = "reject", "edit policy: " + pol.reason()
         elif outcome.error:
             ip.decision, ip.reason = "error", outcome.error
-        elif not diff.strip():
+        elif not taken.sha:
             ip.decision, ip.reason = "reject", "the agent made no change"
-        if diff.strip():
-            body = f"rsi task {self.spec.task_id}, round {ip.round}, agent {agent.name}\nBk: {ip.base_sha}"
-            ip.sha = self.ws.commit(wt, ip.branch, outcome.hypothesis, body)
-            ip.patch_id = self.ws.patch_id(ip.base_sha, ip.sha)
-        ip.stage = "record" if ip.decision else "verify"
-        self.save(st)
-        if ip.decision:
-            self.ws.remove(name)
-        return True
 
     def verify_stage(self, st: LoopState, ip: InProgress) -> None:
-        cand = self.ws.ensure(f"cand-{ip.n}", ip.sha)
-        bk = self.bk_dir(st) if st.bk_sha == ip.base_sha else self.ws.ensure("bk-old", ip.base_sha)
-        b0 = self.b0_dir(st)
         shas = {"b0": st.b0_sha, "bk": ip.base_sha, "candidate": ip.sha}
         self.emit("verifying", f"verifying #{ip.n} against Bk and B0", round=ip.round, candidate=ip.n, sha=ip.sha)
-        verdict = self.backend.verify(
-            bk,
-            cand,
-            self.spec,
-            b0=None if ip.base_sha == st.b0_sha else b0,
-            shas=shas,
-            calibration=st.calibration,
-            progress=self.progress(ip.round, ip.n),
-        )
+        verdict = self.verify(str(ip.n), shas, with_b0=ip.base_sha != st.b0_sha, calibration=st.calibration,
+                              progress=self.progress(ip.round, ip.n))
         ip.verdict = json.loads(verdict.to_json())
         ip.stage = "record"
         self.save(st)
@@ -422,6 +439,7 @@ class _Loop:
             lines_added=pol.lines_added,
             lines_removed=pol.lines_removed,
             violations=[v.reason for v in pol.violations],
+            left_out=ip.left_out,
             change=outcome.change,
             patch_id=ip.patch_id,
         )
@@ -471,7 +489,6 @@ class _Loop:
         st.in_progress = None
         self.save(st)
         self.ws.remove(f"cand-{ip.n}")
-        self.ws.remove("bk-old")
         gain = f" ({record.gain * 100:+.1f}%)" if record.gain is not None else ""
         self.emit(
             "candidate",
@@ -654,10 +671,9 @@ def rebaseline(
     if not st.bk_history or st.bk_history[-1]["sha"] != new_bk:
         st.bk_history.append({"sha": new_bk, "via": f"rebaseline {ref}", "at": _now()})
     loop.save(st)
-    bk_dir = loop.bk_dir(st)
     cal = None
     try:
-        cal = backend.calibrate(bk_dir, spec, progress=loop.progress())
+        cal = loop.calibrate("bk", new_bk)
     except Exception as exc:  # noqa: BLE001 - reported; re-verification still runs with B0's calibration
         loop.emit("progress", f"could not calibrate the new Bk: {exc}")
     loop.emit(
@@ -706,7 +722,7 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
         git(wt, "cherry-pick", "--allow-empty", "-x", c.sha)
     except GitError as exc:
         git_ok(wt, "cherry-pick", "--abort")
-        loop.ws.remove(name)
+        loop.ws.remove_worktree(name)
         c.status = "conflict"
         out.outcome, out.reason = "conflict", f"does not apply on the new Bk {new_bk[:12]}: {exc.stderr.strip()[-300:]}"
         loop.ledger.append(
@@ -721,22 +737,15 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
         return out
     new_sha = git(wt, "rev-parse", "HEAD")
     if not git(repo, "diff", "--name-only", new_bk, new_sha).strip():
-        loop.ws.remove(name)
+        loop.ws.remove_worktree(name)
         c.status, out.outcome, out.reason = "merged", "merged", "its change is already in the new Bk"
         loop.emit("reverified", f"#{c.n} is merged", candidate=c.n, branch=c.branch, data=out.model_dump())
         return out
     git(repo, "update-ref", f"refs/heads/{c.branch}", new_sha)
     out.new_sha = new_sha
-    verdict = loop.backend.verify(
-        loop.bk_dir(st),
-        wt,
-        loop.spec,
-        b0=loop.b0_dir(st),
-        shas={"b0": st.b0_sha, "bk": new_bk, "candidate": new_sha},
-        calibration=st.calibration,
-        progress=loop.progress(None, c.n),
-    )
-    loop.ws.remove(name)
+    loop.ws.remove_worktree(name)
+    verdict = loop.verify(f"rebase-{c.n}", {"b0": st.b0_sha, "bk": new_bk, "candidate": new_sha}, with_b0=True,
+                          calibration=st.calibration, progress=loop.progress(None, c.n))
     status = "open" if verdict.decision in ("accept", "review") else "rolled_back"
     record = LedgerRecord.from_verdict(verdict, **_reverify_fields(st, c, new_bk, new_sha), status=status)
     loop.ledger.append(record)
@@ -773,16 +782,5 @@ def reverify(
     sha = rev_parse(repo, f"refs/heads/{branch}") or rev_parse(repo, branch)
     if sha is None:
         return error_verdict("config", f"unknown branch '{branch}'")
-    wt = loop.ws.checkout("reverify", sha)
-    try:
-        return backend.verify(
-            loop.bk_dir(st),
-            wt,
-            spec,
-            b0=None if st.bk_sha == st.b0_sha else loop.b0_dir(st),
-            shas={"b0": st.b0_sha, "bk": st.bk_sha, "candidate": sha},
-            calibration=st.calibration,
-            progress=loop.progress(),
-        )
-    finally:
-        loop.ws.remove("reverify")
+    return loop.verify("reverify", {"b0": st.b0_sha, "bk": st.bk_sha, "candidate": sha},
+                       with_b0=st.bk_sha != st.b0_sha, calibration=st.calibration, progress=loop.progress())

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.text import fenced, inert
 from verifier.verdict import GuardResult, MetricComparison, Verdict
 
 __all__ = [
@@ -128,15 +129,14 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _display(text: str) -> str:
-    """Text from verdicts and agents, made safe for a GitHub comment: no
-    @-mentions, no raw HTML tags."""
-    text = str(text).replace("<=", "≤").replace(">=", "≥").replace("<", "&lt;")
-    return re.sub(r"@(?=[A-Za-z0-9])", "@\u200b", text)
+    """Text from verdicts and agents, made inert for a GitHub comment
+    (``harness.text.inert``: no mentions, links, HTML or Markdown syntax)."""
+    return inert(str(text).replace("<=", "≤").replace(">=", "≥"))
 
 
 def _cell(text: str, limit: int = _MAX_CELL) -> str:
-    text = " ".join(str(text).split())
-    return _display(_clip(text, limit)).replace("|", "\\|")
+    text = " ".join(str(text).split()).replace("<=", "≤").replace(">=", "≥")
+    return inert(_clip(text, limit), one_line=True)
 
 
 def _fmt_num(v: float) -> str:
@@ -353,7 +353,7 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
 
     quality: dict[str, list[GuardResult]] = {}
     for g in v.guards:
-        if g.kind in ("wer", "output_length", "allclose"):
+        if g.kind in ("wer", "output_length", "allclose", "waveform", "tensor"):
             quality.setdefault(g.name, []).append(g)
     for name, gs in quality.items():
         by_ref = {g.against: g for g in gs}
@@ -398,7 +398,22 @@ def render_summary_table(verdict: Verdict | Mapping[str, Any]) -> str:
         cells = [r.metric if r.kind == "objective" else _cell(r.metric)]
         cells += [_cell(c) for c in (r.b0, r.bk, r.candidate, r.change, r.interval, r.verdict)]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + _sources_note(_as_verdict(verdict))
+
+
+_SOURCE_WORDS = {"verifier": "the verifier (from outside)", "client": "the protected client",
+                 "evaluator": "the protected evaluator", "benchmark": "the candidate's own process"}
+
+
+def _sources_note(v: Verdict | None) -> str:
+    """One line under the table: who measured each metric (the verdict's provenance)."""
+    by: dict[str, list[str]] = {}
+    for m in (v.metrics if v is not None else ()):
+        if m.source in _SOURCE_WORDS:
+            by.setdefault(m.source, []).append(m.name)
+    parts = [f"{_SOURCE_WORDS[k]}: {inert(', '.join(by[k]), one_line=True)}"
+             for k in _SOURCE_WORDS if k in by]
+    return ("\n\nMeasured by " + "; ".join(parts) + ".") if parts else ""
 
 
 def _tradeoffs(v: Verdict) -> list[str]:
@@ -406,7 +421,7 @@ def _tradeoffs(v: Verdict) -> list[str]:
     if v.objective is not None and v.objective.gain is not None and v.decision != "error":
         o = v.objective
         for g in v.guards:
-            if g.kind in ("wer", "output_length", "allclose") and g.status == "fail" and g.against == "bk":
+            if g.kind in ("wer", "output_length", "allclose", "waveform", "tensor") and g.status == "fail" and g.against == "bk":
                 out.append(f"The {_pct(o.gain)} on {o.metric} comes with a quality loss: {g.name}: {g.detail}.")
     return out
 
@@ -581,8 +596,8 @@ def render_markdown_report(
         err = v.error
         body = f"**{_display(err.stage)}**: {_display(_clip(err.message, 800))}"
         if err.stderr_tail:
-            tail = _clip(err.stderr_tail[-3000:], 3000).replace("```", "'''")
-            body += f"\n\n<details><summary>stderr (tail)</summary>\n\n```\n{tail}\n```\n\n</details>"
+            tail = fenced(_clip(err.stderr_tail[-3000:], 3000))
+            body += f"\n\n<details><summary>stderr (tail)</summary>\n\n{tail}\n\n</details>"
         parts.append(body)
     if v.objective is not None:
         chart = render_mermaid_chart(hist, metric=v.objective.metric, direction=v.objective.direction)

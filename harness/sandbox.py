@@ -16,9 +16,13 @@ the same paths, plus this project's source when it is not inside the venv.
 the device nodes present, passed in), so the accelerator wiring can be tested
 without accelerators:
 
+* network: none (``network_mode="none"``) unless the job asks for it; then
+  only the internal network of an egress proxy (:mod:`harness.egress`) that
+  reaches the profile's ``allowed_hosts`` and nothing else, with
+  ``HTTP(S)_PROXY`` set. A job asking for network without a proxy is refused;
 * ``cpu``: nothing;
-* ``cuda``: ``device_requests`` for the GPUs (all, or the profile's ids);
-* ``npu``: ``/dev/davinci<N>`` (all present, or the profile's indices),
+* ``cuda``: ``device_requests`` for the profile's GPU ids (they must be named);
+* ``npu``: ``/dev/davinci<N>`` for the profile's indices (they must be named),
   ``/dev/davinci_manager``, ``/dev/devmm_svm``, ``/dev/hisi_hdc``, and the driver
   mounts ``/usr/local/Ascend/driver``, ``/usr/local/dcmi``,
   ``/usr/local/bin/npu-smi`` (read-only).
@@ -40,6 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness.egress import Egress, EgressInfo
 from harness.spec import RunnerProfile
 
 SANDBOX_UID = "1000:1000"
@@ -130,8 +135,11 @@ def container_kwargs(
     *,
     npu_devices_present: Iterable[str] = (),
     paths_present: Iterable[str] | None = None,
+    egress: EgressInfo | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments for ``client.containers.create`` (pure)."""
+    """The keyword arguments for ``client.containers.create`` (pure). Raises
+    ``ValueError`` for a job that wants network without an ``egress`` proxy, or an
+    accelerator profile that does not name its devices."""
     from docker.types import DeviceRequest
 
     mem = parse_memory(profile.memory)
@@ -169,22 +177,16 @@ def container_kwargs(
     }
     if job.name:
         kw["name"] = job.name
-    if job.network:
-        kw["network_mode"] = "bridge"
-    else:
-        kw["network_mode"] = "none"
+    _network(kw, job, egress)
+    if profile.device in ("cuda", "npu") and not profile.devices:
+        raise ValueError(
+            f"a {profile.device} runner profile must name its devices (devices = [\"0\"]); "
+            "it would otherwise get every accelerator on the machine")
     if profile.device == "cuda":
-        if profile.devices:
-            req = DeviceRequest(device_ids=list(profile.devices), capabilities=[["gpu"]])
-        else:
-            req = DeviceRequest(count=-1, capabilities=[["gpu"]])
+        req = DeviceRequest(device_ids=[str(d) for d in profile.devices], capabilities=[["gpu"]])
         kw["device_requests"] = [req]
     elif profile.device == "npu":
-        present = list(npu_devices_present)
-        if profile.devices:
-            cards = [f"/dev/davinci{int(i)}" for i in profile.devices]
-        else:
-            cards = present
+        cards = [f"/dev/davinci{int(i)}" for i in profile.devices]
         devs = [*cards, *NPU_CONTROL_DEVICES]
         kw["devices"] = [f"{d}:{d}:rwm" for d in devs]
         have = None if paths_present is None else set(paths_present)
@@ -196,6 +198,18 @@ def container_kwargs(
             ",".join(re.sub(r"\D", "", c) for c in cards),
         )
     return kw
+
+
+def _network(kw: dict[str, Any], job: SandboxJob, egress: EgressInfo | None) -> None:
+    """No network, or only the egress proxy's internal network (never a bridge)."""
+    if not job.network:
+        kw["network_mode"] = "none"
+        return
+    if egress is None:
+        raise ValueError("this job asks for network, and network is only given through an "
+                         "egress proxy: name the hosts in the runner profile's allowed_hosts")
+    kw["network"] = egress.network
+    kw["environment"].update(egress.environment())
 
 
 _CLIENT = None
@@ -244,6 +258,7 @@ def run(
     client=None,
     max_output: int = 200_000,
     on_output: Callable[[str], None] | None = None,
+    upstream_networks: Iterable[str] = ("bridge",),
 ) -> SandboxResult:
     """Run ``job`` in a fresh container; always remove it; never raise.
     ``secrets`` are removed from the returned output and from the lines
@@ -254,15 +269,18 @@ def run(
     t0 = time.monotonic()
     container = None
     result = SandboxResult()
+    egress = None
     try:
         client = client or docker_client()
-
-
+        if job.network:  # the proxy to the profile's allowed hosts, for this run only
+            egress = Egress(profile.allowed_hosts, client=client,
+                            upstream_networks=list(upstream_networks))
         kw = container_kwargs(
             job,
             profile,
             npu_devices_present=present_npu_devices() if profile.device == "npu" else (),
             paths_present=[p for p in NPU_DRIVER_MOUNTS if os.path.exists(p)],
+            egress=egress.__enter__() if egress is not None else None,
         )
         kw.setdefault("name", f"rsi-{uuid.uuid4().hex[:12]}")
         container = client.containers.create(**kw)
@@ -324,6 +342,8 @@ def run(
                 container.remove(force=True)
             except Exception:  # noqa: BLE001
                 log.warning("could not remove container %s", getattr(container, "id", "?"), exc_info=True)
+        if egress is not None:
+            egress.close()
         result.duration_s = time.monotonic() - t0
     result.output = redact(result.output, secrets)
     if result.error:

@@ -1,29 +1,44 @@
-"""How the loop calls the verifier: in this process, or in a fresh container.
+"""How the loop calls the verifier: in this process, or as its own host process
+with every benchmark run in its own container.
 
-Both backends take worktree paths and return the verifier's own records
-(``Verdict``; a calibration as a plain dict), so the loop does not care where
-the measurement ran.
+Both backends take checkout paths (the loop gives them fresh exports of the
+committed shas) and return the verifier's own records (``Verdict``; a
+calibration as a plain dict), so the loop does not care where the measurement
+ran.
 
-* :class:`SandboxVerifier` (the default of ``rsi run``): every calibration and
-  every verification is a fresh container (no network, the runner profile's
-  CPU, memory, pid limits and accelerator), with the worktrees mounted at their
-  own paths and hidden inputs mounted read-only. Inside, it runs the
-  verifier's own CLI (``python -m verifier calibrate-dir`` / ``verify-dirs``):
-  the verifier stays runnable alone, and nothing of the harness runs there.
+* :class:`SandboxVerifier` (the default of ``rsi run``): the verifier's own CLI
+  (``python -m verifier verify-dirs`` / ``calibrate-dir``) runs as a HOST
+  subprocess with ``--isolation container --isolation-spec FILE``: the
+  verifier's process (statistics, decision, report) never shares a container,
+  a user or a writable dir with candidate code; it starts one fresh container
+  per benchmark run itself (``verifier/isolation.py``). The isolation spec is
+  built here from :func:`harness.sandbox.container_kwargs` for the runner
+  profile (image, uid, limits, devices, Python mounts). Its scratch dir
+  (config, calibration, spec, report) is host-only (0700) and mounted by no
+  container. The environment is clean of the bot's secrets. Its
+  ``RSI-PROGRESS`` lines stream back as progress events.
 * :class:`InProcessVerifier`: the same calls in this process (unit tests,
-  quick local runs).
+  quick local runs; no isolation of benchmark runs beyond fresh processes).
 
-A container that fails (engine down, timeout, OOM) becomes an ``error``
-verdict, never an exception and never a regression.
+A verifier that fails (exits with a code that is not its verdict's, times
+out, leaves no valid report) is an ``error`` verdict: never an exception,
+never a regression.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import time
+import uuid
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -143,78 +158,219 @@ class InProcessVerifier:
             return error_verdict("verifier", f"verifier raised {type(exc).__name__}: {exc}", shas=shas)
 
 
+REPORT_MAX_BYTES = 32 * 1024 * 1024
+EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA = 0, 1, 2  # the verifier CLI's exit codes
+KEEP_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "DOCKER_HOST", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY")
+RUN_LABEL = "rsi-bot.verify-run"
+
+
+@dataclass
+class VerifierRun:
+    """One host run of ``python -m verifier``: exit code, output tail, report text."""
+
+    returncode: int | None
+    timed_out: bool
+    output: str
+    report: str | None
+    report_error: str = ""
+    duration_s: float = 0.0
+
+    def why(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.0f} s"
+        tail = " | ".join(self.output.strip().splitlines()[-5:])[-800:]
+        return f"exit code {self.returncode}: {tail}" if tail else f"exit code {self.returncode}"
+
+
+def isolation_spec(spec: TaskSpec) -> dict[str, Any]:
+    """``{"image", "base_kwargs"}`` for the verifier's ContainerIsolation: the
+    runner profile's container settings (uid, no capabilities, limits,
+    devices, the host's Python mounted read-only), without what the verifier
+    sets per run (command, workdir, network, name). Hidden inputs that are
+    host paths are mounted read-only."""
+    profile = spec.runner.active
+    mounts = list(sandbox.python_mounts())
+    for value in spec.hidden.env.values():
+        if os.path.isabs(value) and os.path.exists(value):
+            mounts.append(sandbox.Mount(source=value, target=value, read_only=True))
+    job = sandbox.SandboxJob(command=["true"], mounts=mounts, network=False)
+    kw = sandbox.container_kwargs(
+        job,
+        profile,
+        npu_devices_present=sandbox.present_npu_devices() if profile.device == "npu" else (),
+        paths_present=[p for p in sandbox.NPU_DRIVER_MOUNTS if os.path.exists(p)],
+    )
+    # only what ContainerIsolation takes; it sets the rest (command, network, name...) per run
+    from verifier.isolation import ALLOWED_KWARGS
+
+    image = kw["image"]
+    base = {k: v for k, v in kw.items() if k in ALLOWED_KWARGS}
+    if "device_requests" in base:  # as DeviceRequest's own keyword names (device_ids, not DeviceIDs)
+        base["device_requests"] = [
+            {"driver": r.driver, "count": r.count, "device_ids": list(r.device_ids or []),
+             "capabilities": r.capabilities, "options": dict(r.options or {})}
+            for r in base["device_requests"]
+        ]
+    return json.loads(json.dumps({"image": image, "base_kwargs": base}))
+
+
+def verifier_env(environ: dict[str, str], spec: TaskSpec) -> dict[str, str]:
+    """The verifier process's environment: what it needs, never the bot's
+    secrets; the hidden seed only when the task names one."""
+    from harness.gitutil import is_secret_name
+
+    env = {k: environ[k] for k in KEEP_ENV if environ.get(k) and not is_secret_name(k)}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["RSI_PROGRESS_JSON"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    seed = spec.hidden.seed_env
+    if seed and environ.get(seed):
+        env[seed] = environ[seed]
+    return env
+
+
+def run_verifier(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float,
+                 on_line: Callable[[str], None] | None = None, python: str | None = None) -> VerifierRun:
+    """Run ``python -I -m verifier ARGV`` in ``cwd`` as its own session; its
+    output streams to ``on_line``; on timeout the whole session is killed.
+    Never raises; the report is read by the caller."""
+    t0 = time.monotonic()
+    tail: deque[str] = deque(maxlen=400)
+    try:
+        proc = subprocess.Popen(
+            [python or sys.executable, "-I", "-m", "verifier", *argv], cwd=str(cwd), env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    except OSError as exc:
+        return VerifierRun(None, False, f"could not start the verifier: {exc}", None)
+
+    def pump() -> None:
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            tail.append(line[-2000:])
+            if on_line is not None:
+                try:
+                    on_line(line)
+                except Exception:  # noqa: BLE001 - a watcher must not break the run
+                    pass
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_session(proc)
+    reader.join(timeout=10)
+    proc.stdout.close()
+    return VerifierRun(proc.returncode, timed_out, "\n".join(tail), None, duration_s=time.monotonic() - t0)
+
+
+def _kill_session(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to the verifier's session (it removes its containers), SIGKILL after a grace."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def reap_containers(run_id: str) -> int:
+    """Remove every container one verifier invocation left (a verifier killed
+    on timeout cannot remove its own): they carry its ``RUN_LABEL``."""
+    try:
+        client = sandbox.docker_client()
+        left = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+    except Exception:  # noqa: BLE001 - no engine: nothing of ours can be running
+        return 0
+    for c in left:
+        try:
+            c.remove(force=True)
+        except Exception:  # noqa: BLE001
+            pass
+    return len(left)
+
+
+def read_report(root: Path, name: str = "report.json") -> tuple[str | None, str]:
+    """The report the verifier left in its host-only dir: a regular file, no
+    link, size-capped. (text, "") or (None, why)."""
+    from harness.agents.base import UnsafeFile, read_agent_file
+
+    try:
+        text = read_agent_file(root, name, max_bytes=REPORT_MAX_BYTES)
+    except (UnsafeFile, OSError) as exc:
+        return None, f"report refused: {exc}"
+    return (text, "") if text else (None, "no report written")
+
+
 class SandboxVerifier:
-    """Each call is one fresh container running the verifier's own CLI:
-    ``python -m verifier calibrate-dir`` or ``python -m verifier verify-dirs``,
-    with the worktrees mounted at their own paths and the merged config, the
-    calibration and the report in a scratch dir."""
+    """The verifier as a host process, each benchmark run in its own
+    container: ``python -m verifier calibrate-dir|verify-dirs ...
+    --isolation container --isolation-spec FILE`` in a fresh host-only
+    scratch dir (0700, mounted by no container), removed afterwards."""
 
     name = "sandbox"
 
-    def __init__(self, *, work_root: Path | None = None, environ: dict[str, str] | None = None):
+    def __init__(self, *, work_root: Path | None = None, environ: dict[str, str] | None = None,
+                 python: str | None = None):
         self.work_root = work_root
         self.environ = environ if environ is not None else dict(os.environ)
-        self.last: sandbox.SandboxResult | None = None
+        self.python = python
+        self.last: VerifierRun | None = None
 
     def _timeout(self, spec: TaskSpec, calibrate: bool) -> float:
         v = spec.config.get("verifier", {})
-        per_run = float(spec.benchmark.get("timeout_s", 600))
+        per_run = float(spec.benchmark.get("timeout_s", 600)) + 30  # + a container's start and stop
         if calibrate:
             runs = 2 * int(v.get("calibration_pairs", 6)) + 2 * int(v.get("warmup", 1)) + 2
         else:
             runs = 3 * int(v.get("max_pairs", 30)) + 3 * int(v.get("warmup", 1)) + 3
         return min(per_run * runs + 60, 6 * 3600)
 
-    def _job(self, spec: TaskSpec, argv: list[str], files: dict[str, str], dirs: list[Path],
-             timeout_s: float, progress) -> tuple[sandbox.SandboxResult, str | None]:
+    def _run(self, spec: TaskSpec, argv: list[str], files: dict[str, str], timeout_s: float, progress) -> VerifierRun:
         import shutil
 
-        root = Path(tempfile.mkdtemp(prefix="rsi-verify-", dir=self.work_root))
+        root = Path(tempfile.mkdtemp(prefix="rsi-verify-", dir=self.work_root))  # 0700, ours alone
+        run_id = uuid.uuid4().hex
+        iso = isolation_spec(spec)
+        iso["base_kwargs"]["labels"] = {**iso["base_kwargs"].get("labels", {}), RUN_LABEL: run_id}
         try:
-            os.chmod(root, 0o777)
-            (root / "config.toml").write_text(spec.verifier_config_text())
+            files = {"config.toml": spec.verifier_config_text(), "isolation.json": json.dumps(iso, indent=1), **files}
             for name, text in files.items():
-                (root / name).write_text(text)
-            for f in root.iterdir():
-                os.chmod(f, 0o644)
-            mounts = [*sandbox.python_mounts(), sandbox.Mount(source=str(root), target=str(root), read_only=False)]
-            ro = not spec.runner.active.writable_checkouts
-            for d in dirs:
-                mounts.append(sandbox.Mount(source=str(d), target=str(d), read_only=ro))
-            env: dict[str, str] = {}
-            hidden = spec.hidden
-            for value in hidden.env.values():
-                if os.path.isabs(value) and os.path.exists(value):
-                    mounts.append(sandbox.Mount(source=value, target=value, read_only=True))
-            if hidden.seed_env and self.environ.get(hidden.seed_env):
-                env[hidden.seed_env] = self.environ[hidden.seed_env]
-            env["RSI_PROGRESS_JSON"] = "1"
+                fd = os.open(root / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(text)
             argv = [a.replace("{root}", str(root)) for a in argv]
-            job = sandbox.SandboxJob(
-                command=[sys.executable, "-m", "verifier", *argv],
-                mounts=mounts,
-                workdir=str(root),
-                env=env,
-                timeout_s=timeout_s,
-                network=False,
-            )
+            argv += ["--isolation", "container", "--isolation-spec", str(root / "isolation.json")]
             if progress:
-                progress(f"verifier container: {argv[0]}", {"phase": "container"})
-            secrets = [v for k, v in env.items() if k != "RSI_PROGRESS_JSON"]
-            res = sandbox.run(job, spec.runner.active, secrets=secrets,
-                              on_output=_progress_lines(progress) if progress else None)
-            self.last = res
-            out = root / "report.json"
-            return res, (out.read_text() if out.exists() else None)
+                progress(f"verifier: {argv[0]}, each run in its own container", {"phase": "container"})
+            run = run_verifier(argv, cwd=root, env=verifier_env(self.environ, spec), timeout_s=timeout_s,
+                               on_line=_progress_lines(progress) if progress else None, python=self.python)
+            if not run.timed_out:
+                run.report, run.report_error = read_report(root)
+            self.last = run
+            return run
         finally:
+            reap_containers(run_id)
             shutil.rmtree(root, ignore_errors=True)
 
     def calibrate(self, ref, spec, *, progress=None):
         argv = ["calibrate-dir", str(ref), "--config", "{root}/config.toml", "--report", "{root}/report.json"]
-        res, text = self._job(spec, argv, {}, [Path(ref)], self._timeout(spec, True), progress)
-        if text is None:
-            raise RuntimeError(f"calibration container failed: {_why(res)}")
-        return json.loads(text)
+        run = self._run(spec, argv, {}, self._timeout(spec, True), progress)
+        if run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA) or run.report is None:
+            raise RuntimeError(f"the verifier failed: {run.why()}" + (f" ({run.report_error})" if run.report_error else ""))
+        try:
+            cal = json.loads(run.report)
+            calibration_from_dict(cal)
+        except Exception as exc:  # noqa: BLE001 - an unreadable report is a failure, with the reason
+            raise RuntimeError(f"unreadable calibration from the verifier: {exc}") from None
+        return cal
 
     def verify(self, baseline, candidate, spec, *, b0, shas, calibration, progress=None):
         argv = ["verify-dirs", str(baseline), str(candidate), "--config", "{root}/config.toml",
@@ -227,16 +383,29 @@ class SandboxVerifier:
         if calibration:
             files["calibration.json"] = json.dumps(calibration)
             argv += ["--calibration", "{root}/calibration.json"]
-        dirs = [Path(baseline), Path(candidate)] + ([Path(b0)] if b0 else [])
-        res, text = self._job(spec, argv, files, dirs, self._timeout(spec, False), progress)
-        from verifier.verdict import Verdict
+        run = self._run(spec, argv, files, self._timeout(spec, False), progress)
+        return verdict_of(run, shas)
 
-        if text is None:
-            return error_verdict("sandbox", f"verifier container failed: {_why(res)}", res.output, shas)
-        try:
-            return Verdict.from_json(text)
-        except ValueError as exc:
-            return error_verdict("sandbox", f"unreadable verdict from the container: {exc}", res.output, shas)
+
+def verdict_of(run: VerifierRun, shas: dict | None):
+    """The verdict of one verifier run: its report, when the report is valid
+    and its decision is what the exit code says; else an ``error`` verdict."""
+    from verifier.verdict import Verdict
+
+    if run.timed_out or run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA):
+        return error_verdict("sandbox", f"the verifier failed: {run.why()}", run.output, shas)
+    if run.report is None:
+        return error_verdict("sandbox", f"the verifier left no report ({run.report_error}); {run.why()}",
+                             run.output, shas)
+    try:
+        verdict = Verdict.from_json(run.report)
+    except ValueError as exc:
+        return error_verdict("sandbox", f"unreadable verdict from the verifier: {exc}", run.output, shas)
+    expected = {"accept": EXIT_ACCEPT, "error": EXIT_INFRA}.get(verdict.decision, EXIT_OTHER)
+    if run.returncode != expected:
+        return error_verdict("sandbox", f"the verifier exited with code {run.returncode} but its report says "
+                             f"{verdict.decision}", run.output, shas)
+    return verdict
 
 
 def _progress_lines(progress: Progress):
@@ -256,17 +425,6 @@ def _progress_lines(progress: Progress):
             progress(str(data.get("message") or data.get("phase") or ""), data)
 
     return on_output
-
-
-def _why(res: sandbox.SandboxResult) -> str:
-    if res.error:
-        return res.error
-    if res.timed_out:
-        return f"timed out after {res.duration_s:.0f} s"
-    if res.oom_killed:
-        return "out of memory"
-    tail = " | ".join(res.output.strip().splitlines()[-5:])
-    return f"exit code {res.exit_code}: {tail[-800:]}"
 
 
 def make_backend(kind: str | None = None) -> VerifierBackend:

@@ -3,10 +3,13 @@
 #
 # Idempotent. Installs Debian's docker.io and debootstrap when missing, starts
 # dockerd when no engine answers, and builds the base image (Debian minbase
-# made with debootstrap, then `docker import`) when it is missing. No registry
-# is needed: nothing is pulled.
+# made with debootstrap, then `docker import`) when it is missing, and the
+# agents' egress proxy image (the base plus Debian's tinyproxy-bin .deb, built
+# offline from the downloaded package) when it is missing. No registry is
+# needed: nothing is pulled.
 #
 #   RSI_BASE_IMAGE   image name (default rsi-bot/base:bookworm)
+#   RSI_EGRESS_IMAGE egress proxy image (default rsi-bot/egress:bookworm)
 #   RSI_DEBIAN_MIRROR  mirror for debootstrap (default: the one in apt sources)
 set -euo pipefail
 
@@ -38,8 +41,33 @@ if ! docker info >/dev/null 2>&1; then
   fi
 fi
 
+build_egress() {
+  local egress="${RSI_EGRESS_IMAGE:-rsi-bot/egress:bookworm}"
+  if docker image inspect "$egress" >/dev/null 2>&1; then
+    echo "setup-docker: image $egress present"
+    return 0
+  fi
+  local ctx
+  ctx="$(mktemp -d /tmp/rsi-egress.XXXXXX)"
+  chmod 755 "$ctx"
+  echo "setup-docker: building $egress (tinyproxy from Debian's package)"
+  ( cd "$ctx" && apt-get download tinyproxy-bin >/dev/null 2>&1 ) || {
+    $SUDO apt-get update -qq
+    ( cd "$ctx" && apt-get download tinyproxy-bin >/dev/null 2>&1 )
+  }
+  cat >"$ctx/Dockerfile" <<DOCKERFILE
+FROM $IMAGE
+COPY *.deb /tmp/
+RUN dpkg -i /tmp/*.deb && rm -f /tmp/*.deb && tinyproxy -v
+DOCKERFILE
+  DOCKER_BUILDKIT=0 docker build -q -t "$egress" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  echo "setup-docker: built $egress"
+}
+
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo "setup-docker: image $IMAGE present"
+  build_egress
   exit 0
 fi
 
@@ -72,3 +100,4 @@ $SUDO tar -C "$root" -c . | docker import \
   --change 'WORKDIR /work' \
   - "$IMAGE" >/dev/null
 echo "setup-docker: built $IMAGE"
+build_egress

@@ -3,18 +3,19 @@
 Definitions (objective metric, per-pair log ratios d of A/A pairs):
 
 * ``per_pair_sd``: the standard deviation of d winsorized at 3 robust sds
-  (1.4826 x MAD), so one preempted run does not inflate it; about sqrt(2) x
-  the run-to-run CV;
-* ``spread``: how far a full verification's ratio wanders when a ref is
-  compared with itself: ``per_pair_sd / sqrt(max_pairs)``; an observed A/A
-  offset larger than its own noise (a bias the ABBA design failed to cancel)
-  is added to it, with a warning;
-* ``noise_margin = max(1%, 2 x spread)``: an accepted gain's interval must
-  clear it; the judge refines the spread with each verification's own pairs
-  (``margin_with``: pooled variance), since 6 pairs estimate it only roughly;
-* ``min_detectable_gain``: the smallest true gain the judge accepts with about
-  90% probability within ``max_pairs`` pairs:
-  ``margin + (z_{0.975} + z_{0.90}) * per_pair_sd / sqrt(max_pairs)``.
+  (1.4826 x MAD), about sqrt(2) x the run-to-run CV; the judge pools it with
+  each verification's own spread (``prior_df`` degrees of freedom), which
+  makes its early looks far sharper;
+* ``bias``: an A/A offset larger than its own noise (|t| above the 99.9%
+  point): a bias between arms that the ABBA design failed to cancel (caching
+  tied to a checkout, carry-over). It is the only margin an accepted gain's
+  interval must clear: ``noise_margin = max(floor, bias)``. Noise itself is
+  not added again: the sequential test already accounts for it;
+* ``spread``: the A/A ratio's standard error at ``max_pairs`` pairs (shown);
+* ``min_detectable_gain``: the smallest true gain the judge accepts with
+  about 90% probability within ``max_pairs`` pairs:
+  ``margin + (t_final + z_{0.90}) * per_pair_sd / sqrt(max_pairs)``, with
+  ``t_final`` the design's critical value at its last look.
 
 ``ok_for(min_gain)`` refuses a task whose ``min_gain`` is below that, saying
 what would make it feasible.
@@ -23,6 +24,7 @@ what would make it feasible.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +33,13 @@ from scipy import stats as _st
 
 from .config import ConfigError, Direction, VerifyConfig
 from .fingerprint import collect
+from .isolation import Isolation
 from .measure import Progress, Session, hidden_env
-from .stats import log_ratios, robust_sd
+from .stats import Design, huber_location, log_ratios, robust_sd
 from .verdict import Fingerprint, RunError
 
 POWER = 0.90
+BIAS_T = 3.3  # |t| of an A/A offset beyond which it is a bias (two-sided ~0.1%)
 
 
 class Calibration(BaseModel):
@@ -47,12 +51,13 @@ class Calibration(BaseModel):
     pairs: int = 0
     max_pairs: int = 30
     level: float = 0.95
-    floor: float = 0.01
+    floor: float = 0.0
+    alpha: float = 0.01
     per_pair_sd: float = 0.0
     aa_gain: float = 0.0
     bias: float = 0.0
     spread: float = 0.0
-    noise_margin: float = 0.01
+    noise_margin: float = 0.0
     min_detectable_gain: float = 0.0
     fingerprint: Fingerprint | None = None
     error: RunError | None = None
@@ -68,26 +73,26 @@ class Calibration(BaseModel):
         metric: str = "",
         direction: Direction = "higher",
         level: float = 0.95,
-        floor: float = 0.01,
+        floor: float = 0.0,
+        alpha: float = 0.01,
         fingerprint: Fingerprint | None = None,
         warnings: tuple[str, ...] = (),
     ) -> Calibration:
         d = np.asarray(d, dtype=float)
         if d.size < 2:
             raise ValueError("calibration needs at least 2 A/A pairs")
-        med = float(np.median(d))
+        loc = huber_location(d)
         sd = robust_sd(d)
-        offset = abs(med)  # the median: one outlier run is not a bias
-        bias = offset if offset > 3.0 * sd / math.sqrt(d.size) else 0.0
+        offset = abs(loc.point)
+        bias = offset if loc.se > 0 and offset > BIAS_T * loc.se else 0.0
         if bias:
             note = (
-                f"A/A offset {math.expm1(offset):+.2%} exceeds its noise: the two positions "
-                "of an ABBA "
-                f"block differ systematically (caching? thermal?); it is added to the noise margin"
+                f"A/A offset {math.expm1(offset):+.2%} exceeds its noise: the two arms "
+                "of an ABBA block differ systematically (caching? carry-over?); it becomes "
+                "the bias margin an accepted gain must clear"
             )
             warnings = (*warnings, note)
-        spread = sd / math.sqrt(max_pairs) + bias
-        margin = max(floor, 2 * spread)
+        margin = max(floor, math.expm1(bias))
         return cls(
             benchmark=benchmark,
             metric=metric,
@@ -96,37 +101,26 @@ class Calibration(BaseModel):
             max_pairs=max_pairs,
             level=level,
             floor=floor,
+            alpha=alpha,
             per_pair_sd=sd,
             aa_gain=math.expm1(offset),
             bias=bias,
-            spread=math.expm1(spread),
+            spread=math.expm1(sd / math.sqrt(max_pairs)),
             noise_margin=margin,
-            min_detectable_gain=_mdg(sd, max_pairs, margin, level),
+            min_detectable_gain=_mdg(sd, max_pairs, margin, alpha, d.size),
             fingerprint=fingerprint,
             warnings=warnings,
         )
 
-    def margin_at(self, max_pairs: int, floor: float | None = None) -> float:
-        """The noise margin for a verification with a different pair budget."""
-        floor = self.floor if floor is None else floor
-        spread = self.per_pair_sd / math.sqrt(max_pairs) + self.bias
-        return max(floor, 2 * spread)
+    @property
+    def prior_df(self) -> int:
+        """Degrees of freedom the calibration's spread adds to a verification's."""
+        return max(self.pairs - 1, 0) if self.error is None else 0
 
-    def margin_with(self, log_gains, max_pairs: int, floor: float | None = None) -> float:
-        """The noise margin with the A/A spread refined by a verification's own
-        pairs: their residual spread (``robust_sd``) is pooled with the
-        calibration's by degrees of freedom. Six calibration pairs estimate a
-        spread only to about +-30%; the pooled estimate is what the margin
-        then uses. A candidate noisier than its baseline raises the margin."""
+    def bias_margin(self, floor: float | None = None) -> float:
+        """The margin an accepted gain's interval must clear: the A/A bias, or the floor."""
         floor = self.floor if floor is None else floor
-        g = np.asarray(log_gains, dtype=float)
-        df_c, df_v = max(self.pairs - 1, 1), g.size - 1
-        if df_v < 2:
-            return self.margin_at(max_pairs, floor)
-        sd_v = robust_sd(g)
-        sd = math.sqrt((df_c * self.per_pair_sd**2 + df_v * sd_v**2) / (df_c + df_v))
-        bias = self.bias if self.bias > 3.0 * sd / math.sqrt(max(self.pairs, 1)) else 0.0
-        return max(floor, 2 * (sd / math.sqrt(max_pairs) + bias))
+        return max(floor, math.expm1(self.bias))
 
     def ok_for(self, min_gain: float) -> tuple[bool, str]:
         if self.error is not None:
@@ -134,7 +128,7 @@ class Calibration(BaseModel):
         mdg = self.min_detectable_gain
         noise = (
             f"A/A per-pair spread {self.per_pair_sd:.2%} over {self.pairs} pairs, "
-            f"noise margin {self.noise_margin:.2%}"
+            f"bias margin {self.noise_margin:.2%}"
         )
         if min_gain >= mdg:
             return True, (
@@ -154,15 +148,24 @@ class Calibration(BaseModel):
     def pairs_needed(self, min_gain: float, cap: int = 1000) -> int | None:
         n = max(self.max_pairs, 2)
         while n <= cap:
-            margin = self.margin_at(n)
-            if _mdg(self.per_pair_sd, n, margin, self.level) <= min_gain:
+            if _mdg(self.per_pair_sd, n, self.noise_margin, self.alpha, self.pairs) <= min_gain:
                 return n
             n += 10
         return None
 
 
-def _mdg(sd: float, n: int, margin: float, level: float) -> float:
-    z = _st.norm.ppf(0.5 + level / 2) + _st.norm.ppf(POWER)
+@lru_cache(maxsize=8)
+def _final_z(alpha: float) -> float:
+    """The default design's z boundary at its last look (6, 8, ..., 30 pairs); it
+    varies little with the number of looks, so it stands in for any budget."""
+    return Design.from_schedule(6, 2, 30, alpha=alpha).z_boundary(30)
+
+
+def _mdg(sd: float, n: int, margin: float, alpha: float, cal_pairs: int) -> float:
+    """Smallest gain accepted with ~90% power at the last look of ``n`` pairs."""
+    df = n - 1 + max(cal_pairs - 1, 0)
+    crit = float(_st.t.isf(_st.norm.sf(_final_z(alpha)), df))
+    z = crit + _st.norm.ppf(POWER)
     return math.expm1(math.log1p(margin) + z * sd / math.sqrt(n))
 
 
@@ -173,9 +176,11 @@ def calibrate(
     benchmark: str | None = None,
     pairs: int | None = None,
     progress: Progress | None = None,
+    isolation: Isolation | None = None,
 ) -> Calibration:
     """Run A/A pairs of one checkout; never raises on benchmark failure
-    (the result then has ``error`` set and ``ok_for`` refuses)."""
+    (the result then has ``error`` set and ``ok_for`` refuses). ``isolation``:
+    where every run happens (see ``verifier.isolation``)."""
     v = config.verifier
     name = benchmark or config.objective.benchmark
     fp = collect()
@@ -186,6 +191,7 @@ def calibrate(
         max_pairs=v.max_pairs,
         level=v.level,
         floor=v.min_noise_margin,
+        alpha=v.alpha,
         fingerprint=fp,
     )
     try:
@@ -204,6 +210,7 @@ def calibrate(
             extra_env=env,
             drop_env=drop,
             progress=progress,
+            isolation=isolation,
         ) as s:
             err = s.setup() or s.warmup(v.warmup) or s.add_pairs(n)
             if err is not None:

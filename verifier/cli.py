@@ -11,6 +11,12 @@ config, a benchmark that crashed: decision ``error``).
 * ``verify-dirs BASE_DIR CAND_DIR``: the same judge on two checkouts already on
   disk (the harness runs it inside a container); writes the JSON verdict.
 * ``calibrate-dir DIR``: calibration of a checkout on disk.
+
+Every command takes ``--isolation process|container`` (default ``process``):
+with ``container`` every run (setup, warm-ups, pairs, calibration, a serving
+benchmark's server and client, an evaluator) is a fresh container, set up
+from ``--isolation-spec FILE`` (JSON, see ``verifier/README.md``) or from
+``--image IMAGE [--cpus N] [--memory 4g]``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from .calibrate import Calibration
 from .calibrate import calibrate as run_calibration
 from .config import ConfigError, VerifyConfig
 from .git import GitError, rev_parse, show_file, worktrees
+from .isolation import Isolation, from_options
 from .measure import ProgressEvent
 from .verdict import Fingerprint, Verdict
 
@@ -105,6 +112,7 @@ def render_verdict(v: Verdict) -> list:
         t.add_column("95% CI", justify="right")
         if has_b0:
             t.add_column("vs B0", justify="right")
+        t.add_column("source")
         for m in v.metrics:
             row = [f"{m.name} ({m.direction[0]})"]
             if has_b0:
@@ -119,6 +127,7 @@ def render_verdict(v: Verdict) -> list:
             ]
             if has_b0:
                 row.append(f"{m.ratio_vs_b0 - 1:+.2%}" if m.ratio_vs_b0 is not None else "-")
+            row.append(m.source)
             t.add_row(*row)
         out.append(t)
     if v.guards:
@@ -199,6 +208,42 @@ def progress_bar(console: Console, label: str) -> Iterator:
 
 # ---- shared helpers --------------------------------------------------------------
 
+IsolationOpt = Annotated[
+    str,
+    typer.Option(
+        "--isolation",
+        help="Where each run happens: 'process' (a fresh process group) or 'container' "
+        "(a fresh container per run).",
+    ),
+]
+SpecOpt = Annotated[
+    Path | None,
+    typer.Option("--isolation-spec", help="Container settings JSON (see verifier/README.md)."),
+]
+ImageOpt = Annotated[
+    str | None, typer.Option("--image", help="Container image (a simple spec, without a file).")
+]
+CpusOpt = Annotated[float | None, typer.Option("--cpus", help="CPU limit per container.")]
+MemoryOpt = Annotated[str | None, typer.Option("--memory", help="Memory limit per container.")]
+
+
+@contextmanager
+def _isolation(
+    kind: str, spec: Path | None, image: str | None, cpus: float | None, memory: str | None
+) -> Iterator[Isolation]:
+    if kind == "process" and (cpus is not None or memory is not None):
+        raise _fail("--cpus and --memory need --isolation container")
+    try:
+        iso = from_options(kind, spec, image=image, cpus=cpus, memory=memory)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - e.g. no Docker engine
+        raise _fail(f"cannot set up {kind} isolation: {e}") from None
+    try:
+        yield iso
+    finally:
+        iso.close()
+
 
 def _load_config_text(text: str | None, where: str) -> VerifyConfig:
     if text is None:
@@ -258,6 +303,11 @@ def verify(
         Path | None,
         typer.Option("--calibration", help="Calibration JSON (rsi calibrate --report)."),
     ] = None,
+    isolation: IsolationOpt = "process",
+    isolation_spec: SpecOpt = None,
+    image: ImageOpt = None,
+    cpus: CpusOpt = None,
+    memory: MemoryOpt = None,
 ) -> None:
     """Judge CAND_REF against BASE_REF with the benchmark protocol."""
     repo = repo.resolve()
@@ -276,7 +326,11 @@ def verify(
     console = Console()
     refs = {"bk": shas["bk"], "candidate": shas["candidate"], **({"b0": shas["b0"]} if b0 else {})}
     try:
-        with worktrees(repo, refs) as trees, progress_bar(err_console, "verifying") as on_event:
+        with (
+            _isolation(isolation, isolation_spec, image, cpus, memory) as iso,
+            worktrees(repo, refs) as trees,
+            progress_bar(err_console, "verifying") as on_event,
+        ):
             verdict = judge_verify(
                 trees["bk"],
                 trees["candidate"],
@@ -286,6 +340,7 @@ def verify(
                 shas=shas,
                 calibration=cal,
                 progress=on_event,
+                isolation=iso,
             )
     except GitError as e:
         raise _fail(str(e)) from None
@@ -314,6 +369,11 @@ def calibrate(
     report: Annotated[
         Path | None, typer.Option("--report", help="Write the calibration JSON here.")
     ] = None,
+    isolation: IsolationOpt = "process",
+    isolation_spec: SpecOpt = None,
+    image: ImageOpt = None,
+    cpus: CpusOpt = None,
+    memory: MemoryOpt = None,
 ) -> None:
     """Measure the benchmark's noise with A/A pairs of REF."""
     repo = repo.resolve()
@@ -324,11 +384,17 @@ def calibrate(
     config = _load_config_text(show_file(repo, sha, CONFIG_PATH), f"{ref} ({sha[:12]})")
     try:
         with (
+            _isolation(isolation, isolation_spec, image, cpus, memory) as iso,
             worktrees(repo, {"ref": sha}) as trees,
             progress_bar(err_console, "calibrating") as on_event,
         ):
             cal = run_calibration(
-                trees["ref"], config, benchmark=benchmark, pairs=pairs, progress=on_event
+                trees["ref"],
+                config,
+                benchmark=benchmark,
+                pairs=pairs,
+                progress=on_event,
+                isolation=iso,
             )
     except GitError as e:
         raise _fail(str(e)) from None
@@ -384,6 +450,11 @@ def verify_dirs(
         Path | None,
         typer.Option("--fingerprint", help="Expected fingerprint JSON; refuse to run elsewhere."),
     ] = None,
+    isolation: IsolationOpt = "process",
+    isolation_spec: SpecOpt = None,
+    image: ImageOpt = None,
+    cpus: CpusOpt = None,
+    memory: MemoryOpt = None,
 ) -> None:
     """Judge two checkouts on disk; the verdict JSON goes to --report or stdout."""
     cfg_path = config_file or baseline_dir / CONFIG_PATH
@@ -401,7 +472,10 @@ def verify_dirs(
             raise _fail(f"cannot read fingerprint {fingerprint}: {e}") from None
     from .judge import verify as judge_verify
 
-    with progress_bar(err_console, "verifying") as on_event:
+    with (
+        _isolation(isolation, isolation_spec, image, cpus, memory) as iso,
+        progress_bar(err_console, "verifying") as on_event,
+    ):
         verdict = judge_verify(
             baseline_dir.resolve(),
             candidate_dir.resolve(),
@@ -412,6 +486,7 @@ def verify_dirs(
             calibration=cal,
             progress=on_event,
             fingerprint=fp,
+            isolation=iso,
         )
     _show(err_console, render_verdict(verdict))
     text = verdict.to_json(indent=2)
@@ -436,6 +511,11 @@ def calibrate_dir(
         Path | None,
         typer.Option("--report", help="Write the calibration JSON here (default: stdout)."),
     ] = None,
+    isolation: IsolationOpt = "process",
+    isolation_spec: SpecOpt = None,
+    image: ImageOpt = None,
+    cpus: CpusOpt = None,
+    memory: MemoryOpt = None,
 ) -> None:
     """Calibrate a checkout on disk; the calibration JSON goes to --report or stdout."""
     cfg_path = config_file or ref_dir / CONFIG_PATH
@@ -444,9 +524,17 @@ def calibrate_dir(
     except OSError:
         text = None
     config = _load_config_text(text, str(cfg_path))
-    with progress_bar(err_console, "calibrating") as on_event:
+    with (
+        _isolation(isolation, isolation_spec, image, cpus, memory) as iso,
+        progress_bar(err_console, "calibrating") as on_event,
+    ):
         cal = run_calibration(
-            ref_dir.resolve(), config, benchmark=benchmark, pairs=pairs, progress=on_event
+            ref_dir.resolve(),
+            config,
+            benchmark=benchmark,
+            pairs=pairs,
+            progress=on_event,
+            isolation=iso,
         )
     code = _finish_calibration(cal, config, min_gain, report, err_console)
     if report is None:

@@ -10,11 +10,20 @@ Metrics a guard or the objective may name, per benchmark:
 
 * declared: ``[benchmarks.<name>.metrics]`` (the benchmark reports them);
 * measured by the verifier from outside: ``wall_s``, ``peak_rss_mib``,
-  ``startup_s`` (only with ``ready_pattern``), and ``device_peak_memory_mib``
-  (only when the benchmark reports it through ``verifier.probe``);
+  ``cpu_s`` (user + system CPU time), ``startup_s`` (only with
+  ``ready_pattern`` or ``ready_path``), and ``device_peak_memory_mib`` (only
+  when the benchmark reports it through ``verifier.probe``: source benchmark);
 * percentiles of sample series: for a series ``latency_s`` declared in
   ``[benchmarks.<name>.samples]``, ``latency_p50_s``, ``latency_p95_s``,
   ``latency_p99_s`` (pooled over runs, with bootstrap intervals).
+
+A benchmark is either in-process (``command``) or serving (``serve``, the
+candidate's server, plus ``client``, the protected load generator run from the
+baseline checkout); either may name an ``evaluator`` (a protected command run
+from the baseline checkout on each run's output files). Every metric has a
+source (``metric_source``): ``verifier``, ``client``, ``evaluator`` or
+``benchmark`` (the candidate's own process); ``[verifier] require_external``
+refuses an objective or required guard whose source is ``benchmark``.
 
 Default guards (added for metrics that exist and have no guard of their own):
 p99 latencies at most +5%, peak memory at most +2%, startup time at most +10%.
@@ -34,6 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 Direction = Literal["higher", "lower"]
+Source = Literal["verifier", "client", "evaluator", "benchmark"]
 
 OWN_SECTIONS = ("benchmarks", "objective", "guards", "quality", "verifier", "hidden")
 
@@ -42,8 +52,11 @@ MEASURED: dict[str, Direction] = {
     "wall_s": "lower",
     "peak_rss_mib": "lower",
     "startup_s": "lower",
+    "cpu_s": "lower",
     "device_peak_memory_mib": "lower",
 }
+#: Measured metrics that the benchmark process reports (through verifier.probe).
+SELF_REPORTED_MEASURED = ("device_peak_memory_mib",)
 PERCENTILES = (50, 95, 99)
 _UNIT_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_mib", "_mb", "_tokens")
 
@@ -85,17 +98,34 @@ class _Model(BaseModel):
 
 
 class BenchmarkConfig(_Model):
-    """One benchmark: a shell command run in a checkout of the target repo."""
+    """One benchmark: a shell command run in a checkout of the target repo
+    (``command``), or a server of the candidate (``serve``) driven by a
+    protected load generator (``client``)."""
 
     name: str
-    command: str
-    """Shell command, run with cwd = the checkout and ``RSI_RESULT`` set."""
+    command: str | None = None
+    """In-process benchmark: shell command, run with cwd = the checkout and ``RSI_RESULT`` set."""
+    serve: str | None = None
+    """Serving benchmark: the candidate's server, run from the arm's checkout,
+    listening on ``$RSI_PORT``. Never sees hidden inputs."""
+    client: str | None = None
+    """Serving benchmark: the load generator, run from the baseline (Bk)
+    checkout for every arm, with ``RSI_SERVER_URL``; writes ``$RSI_RESULT``."""
+    ready_path: str | None = None
+    """Serving: HTTP path the verifier polls until it answers 200 (e.g. ``/health``)."""
+    evaluator: str | None = None
+    """Protected command run from the baseline checkout after each run, with the
+    run's output files read-only at ``$RSI_INPUT_DIR``; its ``outputs`` and
+    ``metrics`` replace the run's own entries of the same name."""
+    evaluator_metrics: tuple[str, ...] = ()
+    """Declared metrics the evaluator reports (source ``evaluator``)."""
     setup: str | None = None
     """Optional shell command run once per checkout before any run."""
     timeout_s: float = Field(600.0, gt=0)
     """Per-run timeout; the whole process group is killed when it passes."""
     ready_pattern: str | None = None
-    """Regex; the time until it first appears on stdout is ``startup_s``."""
+    """Regex; the time until it first appears on stdout (the server's, when
+    serving) is ``startup_s``."""
     env: dict[str, str] = Field(default_factory=dict)
     settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Fixed settings, recorded in the verdict, exported as ``RSI_SETTING_<KEY>``."""
@@ -114,8 +144,49 @@ class BenchmarkConfig(_Model):
                 raise ValueError(f"ready_pattern is not a valid regex: {e}") from None
         return v
 
+    @property
+    def serving(self) -> bool:
+        return self.serve is not None
+
     def measured(self) -> dict[str, Direction]:
-        out = {k: v for k, v in MEASURED.items() if k != "startup_s" or self.ready_pattern}
+        ready = self.ready_pattern or self.ready_path
+        return {k: v for k, v in MEASURED.items() if k != "startup_s" or ready}
+
+    def metric_source(self, metric: str) -> Source:
+        """Who produces ``metric``: the verifier, the protected client or
+        evaluator, or the benchmark process itself (the candidate's code)."""
+        if metric in self.measured() and metric not in self.metrics:
+            return "benchmark" if metric in SELF_REPORTED_MEASURED else "verifier"
+        if metric in self.evaluator_metrics:
+            return "evaluator"
+        return "client" if self.serving else "benchmark"
+
+    def problems(self) -> list[str]:
+        """What is wrong with the shape of this benchmark (empty: nothing)."""
+        where = f"benchmarks.{self.name}"
+        out = []
+        if self.command is not None and (self.serve or self.client):
+            out.append(f"{where}: give either command (in-process) or serve + client, not both")
+        elif self.command is None and not (self.serve and self.client):
+            out.append(
+                f"{where}: give command (an in-process benchmark) or serve and client (a "
+                "serving benchmark)"
+            )
+        if self.serve and not (self.ready_pattern or self.ready_path):
+            out.append(
+                f'{where}: a serving benchmark needs ready_path (e.g. "/health") or '
+                "ready_pattern, so the client starts when the server is ready"
+            )
+        if self.ready_path is not None and not self.serve:
+            out.append(f"{where}: ready_path is for serving benchmarks (serve + client)")
+        if self.ready_path is not None and not self.ready_path.startswith("/"):
+            out.append(f"{where}: ready_path must start with '/', got {self.ready_path!r}")
+        for m in self.evaluator_metrics:
+            if not self.evaluator:
+                out.append(f"{where}: evaluator_metrics needs an evaluator command")
+                break
+            if m not in self.metrics:
+                out.append(f"{where}: evaluator metric '{m}' is not declared in [{where}.metrics]")
         return out
 
     def known_metrics(self) -> dict[str, Direction]:
@@ -183,9 +254,14 @@ class Guard(_Model):
 class QualityGuard(_Model):
     """A check on what the benchmark outputs (``outputs`` in its result)."""
 
-    kind: Literal["wer", "output_length", "allclose"]
-    output: str
-    """Key in the result's ``outputs``."""
+    kind: Literal["wer", "output_length", "allclose", "waveform", "tensor"]
+    output: str = ""
+    """Key in the result's ``outputs`` (wer, output_length, allclose)."""
+    files: str | None = None
+    """waveform/tensor: glob of files in the run's output dir (``*.wav``, ``*.npy``),
+    matched by name between the candidate and the reference arm."""
+    min_snr_db: float | None = None
+    """waveform: every matched file's SNR (candidate vs reference) must reach this."""
     benchmark: str | None = None
     reference: str | None = None
     """wer: outputs key holding ground-truth texts; default: the reference arm's outputs."""
@@ -202,6 +278,10 @@ class QualityGuard(_Model):
 
     @property
     def label(self) -> str:
+        if self.kind == "waveform":
+            return f"waveform({self.files}) SNR >= {self.min_snr_db:g} dB"
+        if self.kind == "tensor":
+            return f"tensor({self.files})"
         if self.kind == "wer":
             return f"WER({self.output})"
         if self.kind == "output_length":
@@ -212,19 +292,32 @@ class QualityGuard(_Model):
 class VerifierSettings(_Model):
     warmup: int = Field(1, ge=0)
     """Runs per arm at the start, discarded."""
-    initial_pairs: int = Field(10, ge=2)
-    step: int = Field(10, ge=2)
+    initial_pairs: int = Field(6, ge=2)
+    """First look of the sequential design (pairs)."""
+    step: int = Field(2, ge=2)
+    """Pairs added between looks (2 = one ABBA block)."""
     max_pairs: int = Field(30, ge=2)
     seed: int = 0
-    calibration_pairs: int = Field(6, ge=2)
+    calibration_pairs: int = Field(12, ge=2)
+    """A/A pairs; their spread is pooled into every verification's early looks."""
     bootstrap: int = Field(10_000, ge=10_000)
     """Bootstrap resamples (at least 10,000)."""
     alpha: float = Field(0.01, gt=0, lt=0.5)
-    """Signed-rank test threshold for accepting."""
+    """Overall one-sided false-accept rate of the objective's sequential test."""
+    spending_gamma: float = Field(-2.0, ge=-8, le=4)
+    """Hwang-Shih-DeCani alpha spending: 1 ~ Pocock (stops early), -4 ~ O'Brien-Fleming."""
     level: float = Field(0.95, gt=0.5, lt=1)
-    """Confidence level of the intervals."""
-    min_noise_margin: float = Field(0.01, ge=0)
+    """Confidence level of the descriptive intervals (metrics table)."""
+    guard_level: float = Field(0.90, gt=0.5, lt=1)
+    """Guards: two one-sided 5% tests (a 90% interval): pass below the bound, fail above."""
+    min_noise_margin: float = Field(0.0, ge=0)
+    """Floor of the bias margin an accepted gain's interval must clear."""
     default_guards: bool = True
+    require_external: bool = False
+    """Refuse an objective or required guard that only the candidate's own
+    process reports (source ``benchmark``)."""
+    cross_check: bool = True
+    """Compare a self-reported objective with the verifier's own clock."""
 
 
 class Hidden(_Model):
@@ -347,11 +440,15 @@ class VerifyConfig(_Model):
                 errors.append(
                     f"{where}: min_ratio = {g.min_ratio} > 1 would demand an improvement; use <= 1"
                 )
+        for b in self.benchmarks.values():
+            errors += b.problems()
+        errors += self._external_problems()
         for i, q in enumerate(self.quality):
             where = f"quality[{i}] ({q.kind})"
             bench = q.benchmark or ob.benchmark
             if bench not in self.benchmarks:
                 errors.append(f"{where}: unknown benchmark '{bench}'; declared benchmarks: {names}")
+            errors += _quality_problems(q, where)
             if q.kind == "wer" and q.max is None and q.max_delta is None:
                 errors.append(
                     f"{where}: give max (corpus WER bound) and/or max_delta (bound on the WER "
@@ -379,6 +476,30 @@ class VerifyConfig(_Model):
                 )
         if errors:
             raise ConfigError(errors)
+
+    def _external_problems(self) -> list[str]:
+        if not self.verifier.require_external:
+            return []
+        out = []
+        named = [("objective", self.objective.benchmark, self.objective.metric)]
+        named += [
+            (f"required guard on '{g.metric}'", g.benchmark or self.objective.benchmark, g.metric)
+            for g in self.guards
+            if g.required
+        ]
+        for what, bench, metric in named:
+            b = self.benchmarks.get(bench)
+            if b is None or metric not in b.known_metrics():
+                continue
+            if b.metric_source(metric) == "benchmark":
+                out.append(
+                    f"{what}: '{metric}' of benchmark '{bench}' is reported only by the "
+                    "candidate's own process, and [verifier] require_external = true; measure "
+                    "it outside the candidate (serve + client, an evaluator with "
+                    "evaluator_metrics, or a verifier metric: wall_s, cpu_s, peak_rss_mib, "
+                    "startup_s)"
+                )
+        return out
 
     # ---- queries -----------------------------------------------------
     def benchmark(self, name: str | None = None) -> BenchmarkConfig:
@@ -423,6 +544,25 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "fp16": (1e-3, 1e-5),
     "bf16": (1.6e-2, 1e-5),
 }
+
+
+def _quality_problems(q: QualityGuard, where: str) -> list[str]:
+    out = []
+    if q.kind in ("waveform", "tensor"):
+        if not q.files:
+            ext = "wav" if q.kind == "waveform" else "npy"
+            out.append(f'{where}: give files, a glob of output files (e.g. files = "*.{ext}")')
+        if q.kind == "waveform" and q.min_snr_db is None:
+            out.append(f"{where}: give min_snr_db, the smallest SNR in dB vs the reference")
+        if q.output:
+            out.append(f"{where}: reads files, not outputs.{q.output}; remove output")
+    elif not q.output:
+        out.append(f"{where}: give output, the key in the result's outputs to check")
+    if q.files is not None and q.kind not in ("waveform", "tensor"):
+        out.append(f"{where}: files is for waveform and tensor guards")
+    if q.kind == "tensor" and q.dtype is not None and q.dtype not in TOLERANCES:
+        out.append(f"{where}: unknown dtype '{q.dtype}'; known: {', '.join(TOLERANCES)}")
+    return out
 
 
 def _list(b: BenchmarkConfig) -> str:

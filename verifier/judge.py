@@ -38,23 +38,27 @@ import numpy as np
 from .calibrate import Calibration
 from .config import Direction, Guard, QualityGuard, VerifyConfig
 from .fingerprint import FingerprintMismatch, collect, ensure_comparable
+from .isolation import Isolation
 from .measure import ARM_STAGE, Progress, ProgressEvent, Session, hidden_env
 from .quality import (
     QualityError,
     _texts,
     allclose,
+    compare_files,
     corpus_wer,
+    file_key,
     output_length,
     snapshot,
 )
 from .runner import RunRecord
 from .stats import (
+    Design,
     Estimate,
     bootstrap_ci,
+    bound_status,
     clustered_percentile_ci,
     judge_objective,
     log_ratios,
-    sequential_schedule,
     value_warnings,
 )
 from .verdict import (
@@ -86,11 +90,14 @@ def verify(
     calibration: Calibration | None = None,
     progress: Progress | None = None,
     fingerprint: Fingerprint | None = None,
+    isolation: Isolation | None = None,
 ) -> Verdict:
     """Judge ``candidate`` against ``baseline`` (Bk) and optionally ``b0``.
 
     ``fingerprint``: the environment the caller expects (e.g. where B0 was
-    measured); a different one here is an ``error``. Never raises.
+    measured); a different one here is an ``error``. ``isolation``: where
+    every run happens (default: ``ProcessIsolation``; the harness uses
+    ``ContainerIsolation``). Never raises.
     """
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
@@ -106,6 +113,7 @@ def verify(
             calibration,
             progress,
             fingerprint,
+            isolation,
         )
     except Exception as e:  # noqa: BLE001 - the verifier never turns an error into a verdict
         verdict = Verdict(
@@ -149,17 +157,21 @@ class Evaluator:
     def on_run_for(self, qguards: list[QualityGuard], checkouts: dict[str, Path]):
         def on_run(arm: str, rec: RunRecord, index: int) -> None:
             if index == 0 and qguards and rec.result is not None and arm not in self.snaps:
+                bases = [Path(rec.output_dir)] + [
+                    Path(b) for b in rec.output_bases if b != rec.output_dir
+                ]
                 self.snaps[arm] = snapshot(
-                    dict(rec.result.outputs), qguards, [Path(rec.output_dir), Path(checkouts[arm])]
+                    dict(rec.result.outputs), qguards, [*bases, Path(checkouts[arm])]
                 )
 
         return on_run
 
     # ---- comparisons --------------------------------------------------------
     def compare(
-        self, s: Session, metric: str, ref: str, *, log: bool = True
+        self, s: Session, metric: str, ref: str, *, log: bool = True, level: float | None = None
     ) -> tuple[Estimate, str] | None:
         """Candidate vs ``ref`` on ``metric``: (estimate in log-ratio or delta units, source)."""
+        level = level or self.v.level
         seed = _seed(self.v.seed, s.bench.name, metric, ref, "log" if log else "delta")
         src = s.percentile_source(metric)
         if src is not None:
@@ -172,9 +184,9 @@ class Evaluator:
                     q,
                     seed=seed,
                     n_boot=PERCENTILE_BOOT,
-                    level=self.v.level,
+                    level=level,
                     log=log,
-                ), "samples"
+                ), s.source(metric)
         c, r = s.values("candidate", metric), s.values(ref, metric)
         if c.size == 0 or np.isnan(c).any() or np.isnan(r).any():
             return None
@@ -184,12 +196,8 @@ class Evaluator:
             d = log_ratios(c, r)
         else:
             d = c - r
-        source = (
-            "measured"
-            if metric in s.bench.measured() and metric not in s.bench.metrics
-            else "declared"
-        )
-        return bootstrap_ci(d, seed=seed, n_boot=self.v.bootstrap, level=self.v.level), source
+        est = bootstrap_ci(d, seed=seed, n_boot=self.v.bootstrap, level=level)
+        return est, s.source(metric)
 
     # ---- guards ------------------------------------------------------------------
     def guards(self, s: Session) -> list[GuardResult]:
@@ -235,6 +243,7 @@ class Evaluator:
             metric=g.metric,
             against=ref,
             bound=g.bound_text,
+            source=s.source(g.metric),
         )
         if g.metric not in directions:
             return GuardResult(
@@ -242,7 +251,7 @@ class Evaluator:
                 status="skipped",
                 detail=f"'{g.metric}' was not reported by every run; cannot check it",
             )
-        est_src = self.compare(s, g.metric, ref, log=g.kind == "ratio")
+        est_src = self.compare(s, g.metric, ref, log=g.kind == "ratio", level=self.v.guard_level)
         if est_src is None:
             return GuardResult(
                 **base,
@@ -256,10 +265,7 @@ class Evaluator:
             point, lo, hi = est.point, est.low, est.high
         upper = g.max_ratio if g.max_ratio is not None else g.max_delta
         lower = g.min_ratio if g.min_ratio is not None else g.min_delta
-        if upper is not None:
-            status = "pass" if hi <= upper else "fail" if lo > upper else "unclear"
-        else:
-            status = "pass" if lo >= lower else "fail" if hi < lower else "unclear"
+        status = bound_status(lo, hi, upper=upper, lower=lower)
         fmt = (lambda v: f"{v:.3f}x") if g.kind == "ratio" else (lambda v: f"{v:+.4g}")
         detail = f"{fmt(point)} [{fmt(lo)}, {fmt(hi)}], bound {g.bound_text}"
         if status == "unclear":
@@ -276,6 +282,8 @@ class Evaluator:
         base = dict(name=q.label, kind=q.kind, metric=f"outputs.{q.output}", against=ref)
         cand, refs = self.snaps.get("candidate", {}), self.snaps.get(ref, {})
         rl = REF_LABEL[ref]
+        if q.files:
+            return self.file_guard(q, ref)
         need = [q.output] + ([q.reference] if q.reference else [])
         for key in need:
             if isinstance(refs.get(key), QualityError) or key not in refs:
@@ -349,6 +357,26 @@ class Evaluator:
         except QualityError as e:
             return GuardResult(**base, status="fail", detail=str(e))
 
+    def file_guard(self, q: QualityGuard, ref: str) -> GuardResult:
+        """waveform / tensor: the run's output files, matched by name."""
+        key, rl = file_key(q), REF_LABEL[ref]
+        base = dict(name=q.label, kind=q.kind, metric=f"files {q.files}", against=ref)
+        base["bound"] = f">= {q.min_snr_db:g} dB" if q.kind == "waveform" else "per-dtype tolerance"
+        cand = self.snaps.get("candidate", {}).get(key, QualityError("no candidate run"))
+        refv = self.snaps.get(ref, {}).get(key, QualityError("no snapshot"))
+        if isinstance(refv, QualityError):
+            self.warnings.append(f"quality guard {q.label}: {rl}: {refv}; not checked")
+            return GuardResult(**base, status="skipped", detail=f"{rl}: {refv}")
+        if isinstance(cand, QualityError):
+            return GuardResult(**base, status="fail", detail=f"candidate: {cand}")
+        try:
+            ok, value, detail = compare_files(cand, refv, q, rl)
+        except QualityError as e:
+            self.warnings.append(f"quality guard {q.label}: {e}; not checked")
+            return GuardResult(**base, status="skipped", detail=str(e))
+        value = value if math.isfinite(value) else None
+        return GuardResult(**base, value=value, status="pass" if ok else "fail", detail=detail)
+
     # ---- reporting ------------------------------------------------------------------
     def metrics(self, s: Session) -> list[MetricComparison]:
         out = []
@@ -363,17 +391,16 @@ class Evaluator:
                     row[arm] = float(np.percentile(pooled, src[1])) if pooled.size else None
                 else:
                     row[arm] = float(np.median(s.values(arm, metric)))
-            source = "declared"
             for ref in self.refs:
                 est_src = self.compare(s, metric, ref)
                 if est_src is None:
                     continue
-                est, source = est_src
+                est, _source = est_src
                 row[f"ratio_vs_{ref}"] = math.exp(est.point)
                 row[f"ratio_vs_{ref}_ci"] = Interval(
                     low=math.exp(est.low), high=math.exp(est.high), level=est.level
                 )
-            row["source"] = source
+            row["source"] = s.source(metric)
             out.append(MetricComparison(**row))
         return out
 
@@ -427,6 +454,7 @@ def _verify(
     calibration: Calibration | None,
     progress: Progress | None,
     expected_fp: Fingerprint | None,
+    isolation: Isolation | None = None,
 ) -> Verdict:
     v = config.verifier
     bench_name = benchmark or config.objective.benchmark
@@ -472,15 +500,18 @@ def _verify(
     min_gain = config.objective.min_gain
     warnings: list[str] = []
     use_cal = calibration is not None and calibration.error is None
-    if use_cal:
-        margin = calibration.margin_at(v.max_pairs, v.min_noise_margin)
-    else:
-        margin = v.min_noise_margin
-        if calibration is not None:
-            warnings.append(
-                f"calibration failed ({calibration.error.message}); noise margin is the "
-                f"{margin:.1%} floor"
-            )
+    # the margin covers only bias ABBA cannot cancel; the calibration's spread is a prior
+    margin = calibration.bias_margin(v.min_noise_margin) if use_cal else v.min_noise_margin
+    prior = (
+        dict(prior_sd=calibration.per_pair_sd, prior_df=calibration.prior_df)
+        if use_cal and calibration.metric in ("", metric)
+        else {}
+    )
+    if calibration is not None and not use_cal:
+        warnings.append(
+            f"calibration failed ({calibration.error.message}); the test uses this "
+            "verification's own spread only"
+        )
 
     arms: dict[str, Path] = {"bk": baseline, "candidate": candidate}
     if b0 is not None and b0.resolve() != baseline.resolve():
@@ -498,14 +529,18 @@ def _verify(
         drop_env=drop,
         progress=progress,
         on_run=judge.on_run_for(qguards, arms),
+        isolation=isolation,
+        base_checkout=baseline,
     ) as s:
         err = s.setup() or s.warmup(v.warmup)
         if err is not None:
             return _error(err, runs=s.runs, **base)
         look = None
         guard_results: list[GuardResult] = []
-        schedule = sequential_schedule(v.initial_pairs, v.step, v.max_pairs)
-        for target in schedule:
+        design = Design.from_schedule(
+            v.initial_pairs, v.step, v.max_pairs, alpha=v.alpha, gamma=v.spending_gamma
+        )
+        for target in design.looks:
             err = s.add_pairs(target - s.pairs)
             if err is not None:
                 return _error(err, runs=s.runs, pairs=s.pairs, **base)
@@ -526,17 +561,7 @@ def _verify(
                         **base,
                     )
             gains = log_ratios(c, r) * (1 if direction == "higher" else -1)
-            if use_cal:  # the A/A spread, refined by this verification's own pairs
-                margin = calibration.margin_with(gains, v.max_pairs, v.min_noise_margin)
-            look = judge_objective(
-                gains,
-                min_gain=min_gain,
-                noise_margin=margin,
-                seed=_seed(v.seed, bench_name, metric, str(target)),
-                n_boot=v.bootstrap,
-                level=v.level,
-                alpha=v.alpha,
-            )
+            look = judge_objective(gains, min_gain=min_gain, design=design, margin=margin, **prior)
             guard_results = judge.guards(s)
             if any(g.status == "fail" for g in guard_results) or look.decision == "reject":
                 break
@@ -545,6 +570,11 @@ def _verify(
         runs = s.runs
         pairs = s.pairs
         metrics = judge.metrics(s)
+        doubt = (
+            cross_check(s, metric, direction, look.gain, min_gain, v.level)
+            if v.cross_check and bench.metric_source(metric) == "benchmark"
+            else None
+        )
         for arm in s.names:
             warnings += value_warnings(f"{metric} ({_arm_label(arm)})", s.values(arm, metric))
         if "b0" in arms:
@@ -599,6 +629,8 @@ def _verify(
                 progress=progress,
                 on_run=oj.on_run_for(config.quality_for(other_name), arms),
                 run_offset=runs,
+                isolation=isolation,
+                base_checkout=baseline,
             ) as os_:
                 err = os_.setup() or os_.warmup(v.warmup) or os_.add_pairs(v.initial_pairs)
                 runs += os_.runs
@@ -613,9 +645,16 @@ def _verify(
                 warnings += oj.warnings
     warnings += judge.warnings
     if calibration is None:
-        warnings.append(f"no calibration given: the noise margin is the {margin:.1%} floor")
+        warnings.append(
+            "no calibration given: the test uses this verification's own spread only "
+            f"(bias margin {margin:.1%})"
+        )
 
     decision, reason, quarantined = _decide(look, guard_results, pairs, v.max_pairs)
+    if doubt is not None and decision == "accept":
+        decision, reason = "review", doubt
+    elif doubt is not None:
+        warnings.append(doubt)
     _emit_done(progress, runs, pairs, bench_name, decision)
     return Verdict(
         decision=decision,
@@ -630,6 +669,66 @@ def _verify(
         quarantined=quarantined,
         **base,
     )
+
+
+#: The least share of a run that the benchmark's own timed window is taken to
+#: be: the whole run (``wall_s``), or, with a ready pattern printed just before
+#: the timed part, the window after it.
+CROSS_CHECK_SHARE = 0.2
+CROSS_CHECK_SHARE_READY = 0.5
+
+
+def cross_check(
+    s: Session, metric: str, direction: str, claimed: float | None, min_gain: float, level: float
+) -> str | None:
+    """A reason for ``review`` when a gain the benchmark reports itself does not
+    show on the verifier's own clock, else None.
+
+    The verifier's clock: per-run ``wall_s``, or the window after the ready
+    pattern (``wall_s - startup_s``) when the benchmark declares one, per pair
+    (log ratio). An honest speedup of the timed work shortens that window; the
+    part of the window outside the benchmark's own timer only dilutes it. So
+    the clock must show at least the time saved had the benchmark's timed part
+    been a share of the window (``CROSS_CHECK_SHARE_READY`` after a ready
+    pattern, ``CROSS_CHECK_SHARE`` of the whole run without one): with a
+    claimed gain g, a saving of ``share * g / (1 + g)``. The burden is on the
+    claim: the median per-pair saving must reach that, at any number of pairs
+    (a check that needs many pairs would be skipped by an early accept). A
+    claim the clock does not see (a slowed timer, an edited result) goes to
+    ``review``; a benchmark that times a small part of a long run should print
+    its ready pattern just before its timed part.
+    """
+    if claimed is None or claimed <= max(min_gain, 0.0):
+        return None
+    clock, ref = _clock(s, "candidate"), _clock(s, "bk")
+    after_ready = bool(s.bench.ready_pattern and not s.bench.serving)
+    label = "run time after the ready pattern" if after_ready else "wall time"
+    if clock is None or ref is None or np.any(clock <= 0) or np.any(ref <= 0):
+        return None
+    d = -log_ratios(clock, ref)  # > 0: the candidate's runs were shorter
+    share = CROSS_CHECK_SHARE_READY if after_ready else CROSS_CHECK_SHARE
+    need = -math.log1p(-share * claimed / (1 + claimed))
+    seen = float(np.median(d))
+    if seen >= need:
+        return None
+    return (
+        f"the benchmark reports {metric} {claimed:+.1%} better, but the verifier's own clock "
+        f"({label}, measured outside the candidate) shows the candidate's runs "
+        f"{math.expm1(seen):.1%} shorter (median of {d.size} pairs), where an honest "
+        f"gain of that size would make them at least {math.expm1(need):.1%} shorter: a "
+        "self-reported gain the clock does not confirm (a tampered timer or result?); "
+        "a human must look"
+    )
+
+
+def _clock(s: Session, arm: str) -> np.ndarray | None:
+    wall = s.values(arm, "wall_s")
+    if s.bench.ready_pattern and not s.bench.serving:
+        start = s.values(arm, "startup_s")
+        if start.size != wall.size or np.isnan(start).any():
+            return None
+        wall = wall - start
+    return wall if wall.size else None
 
 
 def _arm_label(arm: str) -> str:

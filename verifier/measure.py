@@ -3,6 +3,11 @@
 A block over arms (X, Y[, Z]) runs a seeded random order and then its reverse
 (X Y Z Z Y X), giving two "pairs" (one run of every arm each) whose mean is
 free of linear drift. Any failed run stops the session with a ``RunError``.
+
+Where each run happens is the session's ``Isolation`` (default: a fresh
+process group; ``ContainerIsolation``: a fresh container per run, setup and
+warm-up included). A serving benchmark's client and an evaluator run from
+``base_checkout`` (Bk's checkout) for every arm.
 """
 
 from __future__ import annotations
@@ -16,7 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import PERCENTILES, BenchmarkConfig, Direction, VerifyConfig, percentile_name
+from .config import (
+    PERCENTILES,
+    BenchmarkConfig,
+    Direction,
+    Source,
+    VerifyConfig,
+    percentile_name,
+)
+from .isolation import Isolation, ProcessIsolation
 from .runner import RunRecord, run_once, run_setup
 from .verdict import RunError
 
@@ -77,6 +90,8 @@ class Session:
         progress: Progress | None = None,
         on_run: Callable[[str, RunRecord, int], None] | None = None,
         run_offset: int = 0,
+        isolation: Isolation | None = None,
+        base_checkout: Path | None = None,
     ):
         self.bench = bench
         self.arms = dict(arms)
@@ -90,6 +105,8 @@ class Session:
         self.runs = 0
         self.run_offset = run_offset
         self.planned = 0
+        self.isolation = isolation or ProcessIsolation()
+        self.base_checkout = Path(base_checkout or arms.get("bk") or next(iter(arms.values())))
         self._tmp = Path(tempfile.mkdtemp(prefix="rsi-verify-"))
 
     # ---- lifecycle ----------------------------------------------------
@@ -142,6 +159,8 @@ class Session:
             extra_env=self.extra_env,
             drop_env=self.drop_env,
             workdir=self._tmp,
+            isolation=self.isolation,
+            base_checkout=self.base_checkout,
         )
         self.runs += 1
         self._emit(phase, arm)
@@ -156,7 +175,13 @@ class Session:
                 continue
             done.add(path)
             self._emit("setup", arm, f"setup in {path}")
-            cr = run_setup(self.bench, path, extra_env=self.extra_env, drop_env=self.drop_env)
+            cr = run_setup(
+                self.bench,
+                path,
+                extra_env=self.extra_env,
+                drop_env=self.drop_env,
+                isolation=self.isolation,
+            )
             if cr is None:
                 continue
             if cr.error or cr.timed_out or cr.returncode != 0:
@@ -239,6 +264,19 @@ class Session:
 
     def values(self, arm: str, metric: str) -> np.ndarray:
         return np.array([_value(r, metric, self) for r in self.records[arm]], dtype=float)
+
+    def source(self, metric: str) -> Source:
+        """Who produced ``metric`` in this session's runs (see ``RunRecord.sources``)."""
+        b = self.bench
+        if metric in b.measured() and metric not in b.metrics:
+            return b.metric_source(metric)
+        src = self.percentile_source(metric)
+        if src is not None:
+            return "client" if b.serving else "benchmark"
+        seen = {r.sources.get(metric) for recs in self.records.values() for r in recs if r.sources}
+        if "evaluator" in seen:
+            return "evaluator"
+        return b.metric_source(metric)
 
     def percentile_source(self, metric: str) -> tuple[str, int] | None:
         """(series, q) when ``metric`` is a percentile of a sample series."""

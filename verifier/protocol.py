@@ -10,13 +10,23 @@
 
 ``load_result`` validates strictly and raises ``ProtocolError`` with a message
 a benchmark author can act on. A missing or malformed result is an error,
-never a zero.
+never a zero. The file is read as the candidate's code left it, so only as a
+regular file (``read_regular``: no symlink followed, no FIFO or device,
+size-capped).
+
+Environment of a run: ``RSI_RESULT``, ``RSI_OUTPUT_DIR`` (files for quality
+guards and evaluators), ``RSI_SETTING_*``; a serving benchmark's server gets
+``RSI_PORT``, its client ``RSI_SERVER_URL``; an evaluator ``RSI_INPUT_DIR``
+(the run's output files, read-only).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -105,21 +115,61 @@ class BenchResult(BaseModel):
         )
 
 
-def load_result(path: str | Path, *, expected_metrics: Iterable[str] = ()) -> BenchResult:
-    """Read and validate the result file a benchmark wrote."""
+def read_regular(path: str | Path, limit: int, what: str = "file") -> bytes:
+    """Read a file written by untrusted code: opened with ``O_NOFOLLOW`` (a
+    symlink is refused, never followed) and ``O_NONBLOCK`` (a FIFO cannot
+    block the verifier), only a regular file, at most ``limit`` bytes.
+    Raises ProtocolError (FileNotFoundError when there is nothing there)."""
     p = Path(path)
-    if not p.exists():
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno == errno.ELOOP or p.is_symlink():
+            raise ProtocolError(
+                f"the {what} {p.name} is a symlink; only regular files are read"
+            ) from None
+        raise ProtocolError(f"cannot open the {what} {p.name}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ProtocolError(
+                f"the {what} {p.name} is not a regular file (a FIFO, device or directory); "
+                "only regular files are read"
+            )
+        if st.st_size > limit:
+            raise ProtocolError(
+                f"the {what} {p.name} is {st.st_size} bytes, over the {limit} byte limit"
+            )
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise ProtocolError(f"the {what} {p.name} grew over the {limit} byte limit")
+        return data
+    finally:
+        os.close(fd)
+
+
+def load_result(path: str | Path, *, expected_metrics: Iterable[str] = ()) -> BenchResult:
+    """Read and validate the result file a benchmark wrote (a regular file,
+    never followed through a link, at most ``MAX_RESULT_BYTES``)."""
+    p = Path(path)
+    try:
+        data = read_regular(p, MAX_RESULT_BYTES, "result file")
+    except FileNotFoundError:
         raise ProtocolError(
             f"no result file: the benchmark did not write JSON to $RSI_RESULT ({p})"
-        )
-    size = p.stat().st_size
-    if size == 0:
+        ) from None
+    if not data:
         raise ProtocolError(f"the result file is empty ({p}): write a JSON object to $RSI_RESULT")
-    if size > MAX_RESULT_BYTES:
-        raise ProtocolError(
-            f"the result file is {size} bytes, over the {MAX_RESULT_BYTES} byte limit"
-        )
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
     return parse_result(text, expected_metrics=expected_metrics)
 
 

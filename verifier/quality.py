@@ -1,25 +1,42 @@
-"""Quality guards on what a benchmark outputs: WER, output length, allclose.
+"""Quality guards on what a benchmark outputs: WER, output length, allclose,
+and output files: waveform (SNR in dB) and tensor (allclose per file).
 
 Each check compares the candidate's outputs with a reference arm's (Bk or B0),
 taken from the first measured run of each arm (``snapshot``: files are read at
 once, before a later run can overwrite them).
+
+Output files were written by untrusted code: they are read only as regular
+files (``O_NOFOLLOW``: a symlink is an error, never followed; never a FIFO or
+device), size-capped, and only inside the run's dirs (no ``..``, no symlinked
+directory on the way). Paths under ``/rsi/run/outputs`` (a container's view)
+resolve to the run's output dir.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import io
+import math
+import os
 import re
+import stat
 import string
+import wave
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .config import TOLERANCES, QualityGuard
+from .protocol import ProtocolError, read_regular
 
 _PUNCT = re.compile(
     "[" + re.escape(string.punctuation) + "\u2018\u2019\u201c\u201d\u2013\u2014\u2026]"
 )
 TENSOR_SUFFIXES = (".npy", ".pt", ".pth")
+MAX_FILE_BYTES = 256 * 1024 * 1024
+MAX_FILES = 10_000
+CONTAINER_OUTPUTS = "/rsi/run/outputs/"
 
 
 class QualityError(ValueError):
@@ -100,15 +117,48 @@ _NP_DTYPE = {"float64": "fp64", "float32": "fp32", "float16": "fp16"}
 
 
 def resolve(path: str, bases: list[Path]) -> Path:
+    """The file ``path`` names, inside one of ``bases``, without following a
+    symlink on the way. Raises QualityError."""
+    if path.startswith(CONTAINER_OUTPUTS):
+        path = path[len(CONTAINER_OUTPUTS) :]
     p = Path(path)
-    if p.is_absolute():
-        if p.exists():
-            return p
-        raise QualityError(f"output file {path} does not exist")
     for b in bases:
-        if (b / p).exists():
-            return b / p
-    raise QualityError(f"output file {path} not found (looked in {', '.join(map(str, bases))})")
+        rel = p
+        if p.is_absolute():
+            try:
+                rel = p.relative_to(b)
+            except ValueError:
+                continue
+        if ".." in rel.parts:
+            raise QualityError(f"output file {path} leaves the output dir ('..')")
+        if _plain_path(b, rel):
+            return b / rel
+    where = ", ".join(map(str, bases))
+    raise QualityError(f"output file {path} not found (looked in {where})")
+
+
+def _plain_path(base: Path, rel: Path) -> bool:
+    """True when base/rel exists with no symlink among its directories
+    (the last component is checked when it is opened, with O_NOFOLLOW)."""
+    cur = base
+    for part in rel.parts[:-1]:
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            raise QualityError(f"output path {rel}: {part} is a symlink or not a directory")
+    return os.path.lexists(base / rel)
+
+
+def read_file(p: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    try:
+        return read_regular(p, limit, "output file")
+    except FileNotFoundError:
+        raise QualityError(f"output file {p.name} does not exist") from None
+    except ProtocolError as e:
+        raise QualityError(str(e)) from None
 
 
 def load_tensor(path: str, base: Path | list[Path]) -> tuple[np.ndarray, str]:
@@ -118,7 +168,9 @@ def load_tensor(path: str, base: Path | list[Path]) -> tuple[np.ndarray, str]:
     p = resolve(path, bases)
     if p.suffix == ".npy":
         try:
-            a = np.load(p, allow_pickle=False)
+            a = np.load(io.BytesIO(read_file(p)), allow_pickle=False)
+        except QualityError:
+            raise
         except Exception as e:  # noqa: BLE001
             raise QualityError(f"cannot read {p.name}: {e}") from None
         return a, _NP_DTYPE.get(str(a.dtype), str(a.dtype))
@@ -129,8 +181,9 @@ def load_tensor(path: str, base: Path | list[Path]) -> tuple[np.ndarray, str]:
             raise QualityError(
                 f"{p.name} is a torch file but torch is not installed; save .npy instead"
             ) from None
+        data = read_file(p)
         try:
-            t = torch.load(p, map_location="cpu", weights_only=True)
+            t = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001
             raise QualityError(f"cannot read {p.name}: {e}") from None
         if not isinstance(t, torch.Tensor):
@@ -158,6 +211,9 @@ def snapshot(outputs: dict, guards: list[QualityGuard], bases: list[Path]) -> di
     snap: dict[str, Any] = {}
     keys = set()
     for g in guards:
+        if g.files:
+            snap[file_key(g)] = _load_files(g, bases[0]) if bases else QualityError("no output dir")
+            continue
         keys.add(g.output)
         if g.reference:
             keys.add(g.reference)
@@ -250,3 +306,117 @@ def allclose(
                 f"tensor {i} ({row}): max abs error {err:.3g} within rtol={rtol:g} atol={atol:g}"
             )
     return ok, worst, "; ".join(details)
+
+
+# ---- output files: waveform and tensor guards ------------------------------------
+
+
+def file_key(g: QualityGuard) -> str:
+    return f"files:{g.kind}:{g.files}"
+
+
+def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, Any] | QualityError:
+    """name -> loaded file for every entry of ``out_dir`` matching ``g.files``
+    (a symlink, FIFO or other non-regular entry is an error, not followed)."""
+    try:
+        entries = sorted(os.scandir(out_dir), key=lambda e: e.name)
+    except OSError as e:
+        return QualityError(f"cannot list the output dir: {e.strerror}")
+    found = [e for e in entries if fnmatch.fnmatchcase(e.name, g.files or "")]
+    if len(found) > MAX_FILES:
+        return QualityError(f"{len(found)} files match {g.files}, over the {MAX_FILES} limit")
+    out: dict[str, Any] = {}
+    try:
+        for e in found:
+            if e.is_symlink() or not e.is_file(follow_symlinks=False):
+                raise QualityError(f"output {e.name} is not a regular file (a symlink, FIFO...)")
+            data = read_file(Path(e.path))
+            out[e.name] = read_wav(data, e.name) if g.kind == "waveform" else _npy(data, e.name)
+    except QualityError as err:
+        return err
+    return out
+
+
+def _npy(data: bytes, name: str) -> tuple[np.ndarray, str]:
+    try:
+        a = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as e:  # noqa: BLE001
+        raise QualityError(f"cannot read {name}: {e}") from None
+    return a, _NP_DTYPE.get(str(a.dtype), str(a.dtype))
+
+
+def read_wav(data: bytes, name: str = "wav") -> tuple[np.ndarray, int]:
+    """(samples in [-1, 1] as float64, frames x channels flattened; sample rate)
+    from PCM WAV bytes (8, 16, 24 or 32 bit)."""
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            width, rate, n = w.getsampwidth(), w.getframerate(), w.getnframes()
+            raw = w.readframes(n)
+    except (wave.Error, EOFError) as e:
+        raise QualityError(f"{name} is not a PCM WAV file: {e}") from None
+    if width == 1:
+        a = (np.frombuffer(raw, dtype=np.uint8).astype(np.float64) - 128) / 128
+    elif width == 3:
+        b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3)
+        v = (
+            b[:, 0].astype(np.int32)
+            | b[:, 1].astype(np.int32) << 8
+            | b[:, 2].astype(np.int32) << 16
+        )
+        a = np.where(v >= 1 << 23, v - (1 << 24), v).astype(np.float64) / (1 << 23)
+    elif width in (2, 4):
+        a = np.frombuffer(raw, dtype=f"<i{width}").astype(np.float64) / (1 << (8 * width - 1))
+    else:
+        raise QualityError(f"{name}: {8 * width}-bit samples are not supported")
+    return a, rate
+
+
+def snr_db(cand: np.ndarray, ref: np.ndarray) -> float:
+    """10 log10(energy of ref / energy of (cand - ref)); the shorter signal is
+    padded with silence, so missing audio counts as error. inf when identical."""
+    n = max(cand.size, ref.size)
+    c = np.zeros(n)
+    r = np.zeros(n)
+    c[: cand.size] = cand
+    r[: ref.size] = ref
+    noise = float(np.sum((c - r) ** 2))
+    signal = float(np.sum(r**2))
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10 * math.log10(signal / noise)
+
+
+def compare_files(
+    cand: dict[str, Any], ref: dict[str, Any], g: QualityGuard, ref_label: str
+) -> tuple[bool, float, str]:
+    """(ok, value, detail) of a waveform (value: worst SNR, dB) or tensor guard
+    (value: worst max abs error) over files matched by name."""
+    if not ref:
+        raise QualityError(f"{ref_label} wrote no file matching {g.files}")
+    missing = sorted(set(ref) - set(cand))
+    extra = sorted(set(cand) - set(ref))
+    if missing or extra:
+        parts = [f"missing {', '.join(missing[:5])}" if missing else "",
+                 f"unexpected {', '.join(extra[:5])}" if extra else ""]  # fmt: skip
+        what = "; ".join(p for p in parts if p)
+        return False, math.nan, f"{len(cand)} files vs {len(ref)} of {ref_label}: {what}"
+    names = sorted(ref)
+    if g.kind == "tensor":
+        ok, err, detail = allclose([cand[n] for n in names], [ref[n] for n in names], g)
+        return ok, err, f"{len(names)} files: {detail}"
+    worst, worst_name = math.inf, ""
+    for n in names:
+        (c, cr), (r, rr) = cand[n], ref[n]
+        if cr != rr:
+            return False, -math.inf, f"{n}: sample rate {cr} vs {ref_label} {rr}"
+        snr = snr_db(c, r)
+        if snr < worst:
+            worst, worst_name = snr, n
+    bound = g.min_snr_db if g.min_snr_db is not None else 0.0
+    ok = worst >= bound
+    detail = f"worst SNR {worst:.1f} dB ({worst_name}) over {len(names)} files vs {ref_label}"
+    if math.isinf(worst) and worst > 0:
+        detail = f"{len(names)} files identical to {ref_label}"
+    return ok, worst, detail + ("" if ok else f": below {bound:g} dB")

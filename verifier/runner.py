@@ -1,44 +1,65 @@
-"""Run one benchmark repetition as a fresh process, measured from outside.
+"""Run one benchmark repetition, measured from outside, through an isolation.
 
 ``run_once`` never raises: it returns a ``RunRecord`` with ``ok`` False and
 the reason, the exit code and the tail of stderr when anything goes wrong (a
 crash, a timeout, a missing or malformed result, a ready pattern that never
-appeared).
+appeared, a server that never became ready).
 
-Measured here: ``wall_s`` (spawn to exit), ``peak_rss_mib`` (the largest sum of
-RSS over the whole process tree, polled every 10 ms), ``startup_s`` (time until the
-benchmark's ``ready_pattern`` first appears on stdout).
+A repetition is one of:
 
-The child's environment is this process's, minus credentials (tokens, secrets,
-passwords, keys), plus the benchmark's ``env``, ``RSI_SETTING_*``, the hidden
-env, ``RSI_SEED`` (from the hidden seed variable), ``RSI_RESULT`` and
-``RSI_OUTPUT_DIR`` (a fresh directory for output files).
+* in-process (``command``): one job in the arm's checkout; ``wall_s`` is its
+  run time, ``startup_s`` the time until ``ready_pattern`` on its stdout;
+* serving (``serve`` + ``client``): the candidate's server in the arm's
+  checkout, readiness by ``ready_path`` (polled by the verifier until HTTP
+  200) or ``ready_pattern`` (on the server's stdout) -> ``startup_s``; then
+  the protected client from the baseline checkout (``base_checkout``) with
+  ``RSI_SERVER_URL``. ``wall_s`` is the client's run time (the load window),
+  ``peak_rss_mib`` and ``cpu_s`` are the server's. Hidden inputs go to the
+  client only;
+* then, with ``evaluator``: a protected job from the baseline checkout reads
+  the run's output files (``RSI_INPUT_DIR``, read-only) and its result's
+  ``outputs`` and ``metrics`` replace the run's entries of the same name.
+
+Every metric of the result records its source (``RunRecord.sources``):
+``benchmark`` (the candidate's process), ``client``, ``evaluator``; what the
+verifier measures itself (``measured()``) is source ``verifier``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-import subprocess
 import tempfile
-import threading
 import time
-from collections import deque
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from .config import BenchmarkConfig
+from .isolation import (
+    TAIL_CHARS,
+    CommandResult,
+    Handle,
+    Isolation,
+    Job,
+    ProcessIsolation,
+    child_env,
+    run_job,
+)
 from .protocol import BenchResult, ProtocolError, load_result
 
-TAIL_CHARS = 4000
-POLL_S = 0.01
-_SECRET = re.compile(
-    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|(^|_)API_?KEY|_KEY$|^AWS_|^GH_", re.IGNORECASE
-)
+__all__ = [
+    "TAIL_CHARS",
+    "CommandResult",
+    "RunRecord",
+    "child_env",
+    "run_command",
+    "run_once",
+    "run_setup",
+]
+READY_POLL_S = 0.02
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass
@@ -47,6 +68,7 @@ class RunRecord:
     wall_s: float = 0.0
     peak_rss_mib: float = 0.0
     startup_s: float | None = None
+    cpu_s: float | None = None
     result: BenchResult | None = None
     returncode: int | None = None
     timed_out: bool = False
@@ -54,87 +76,20 @@ class RunRecord:
     stderr_tail: str = ""
     stdout_tail: str = ""
     output_dir: str = ""
+    output_bases: list[str] = field(default_factory=list)
+    """Dirs where output paths resolve (the evaluator's outputs first, then the run's)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """metric or ``outputs.<key>`` -> who reported it (benchmark, client, evaluator)."""
+    extra: dict = field(default_factory=dict)
+    work_dir: str = ""
 
     def measured(self) -> dict[str, float]:
         out = {"wall_s": self.wall_s, "peak_rss_mib": self.peak_rss_mib}
         if self.startup_s is not None:
             out["startup_s"] = self.startup_s
+        if self.cpu_s is not None:
+            out["cpu_s"] = self.cpu_s
         return out
-
-
-@dataclass
-class CommandResult:
-    returncode: int | None
-    wall_s: float
-    timed_out: bool
-    stdout_tail: str
-    stderr_tail: str
-    peak_rss_mib: float = 0.0
-    ready_s: float | None = None
-    error: str = ""
-    extra: dict = field(default_factory=dict)
-
-
-def child_env(
-    base: dict[str, str] | None = None,
-    extra: dict[str, str] | None = None,
-    drop: tuple[str, ...] = (),
-) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in (os.environ if base is None else base).items()
-        if not _SECRET.search(k) and k not in drop
-    }
-    env.update(extra or {})
-    return env
-
-
-def _tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    try:
-        procs = [proc] + proc.children(recursive=True)
-    except psutil.Error:
-        return 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _terminate(pid: int, grace_s: float = 2.0):
-    """SIGTERM the group, give the leader ``grace_s`` to exit, then SIGKILL the
-    group; returns the leader's wait status."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    deadline = time.monotonic() + grace_s
-    status = None
-    while time.monotonic() < deadline:
-        try:
-            got, st, _ = os.wait4(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if got:
-            status = st
-            break
-        time.sleep(0.01)
-    _kill_group(pid)
-    if status is None:
-        try:
-            _, status, _ = os.wait4(pid, 0)
-        except ChildProcessError:
-            return None
-    return status
 
 
 def run_command(
@@ -146,86 +101,19 @@ def run_command(
     ready_pattern: str | None = None,
     measure: bool = True,
 ) -> CommandResult:
-    """Run a shell command in its own process group; never raises."""
-    ready_re = re.compile(ready_pattern) if ready_pattern else None
-    out_tail: deque[str] = deque(maxlen=60)
-    ready_at: list[float] = []
-    with tempfile.TemporaryFile() as err_file:
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.Popen(
-                command,
-                shell=True,
-                cwd=str(cwd),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err_file,
-                start_new_session=True,
-            )
-        except OSError as e:
-            return CommandResult(
-                None, 0.0, False, "", "", error=f"could not start the command: {e}"
-            )
+    """Run a shell command in its own process group on this host; never raises."""
+    iso = ProcessIsolation(base_env=env)
+    return run_job(iso, Job(command, Path(cwd), {}, timeout_s, ready_pattern=ready_pattern))
 
-        def read_stdout() -> None:
-            assert proc.stdout is not None
-            for raw in iter(proc.stdout.readline, b""):
-                line = raw.decode("utf-8", "replace")
-                if ready_re is not None and not ready_at and ready_re.search(line):
-                    ready_at.append(time.perf_counter() - t0)
-                out_tail.append(line)
 
-        reader = threading.Thread(target=read_stdout, daemon=True)
-        reader.start()
-        try:
-            ps = psutil.Process(proc.pid)
-        except psutil.Error:
-            ps = None
-        peak = 0
-        timed_out = False
-        status = None
-        deadline = t0 + timeout_s
-        while True:
-            try:
-                pid, st, usage = os.wait4(proc.pid, os.WNOHANG)
-            except ChildProcessError:
-                pid, st, usage = proc.pid, 0, None
-            if pid:
-                status = st
-                # A run shorter than one poll is never sampled: the kernel's
-                # own high-water mark of the main process is the floor.
-                if measure and usage is not None:
-                    peak = max(peak, usage.ru_maxrss * 1024)
-                break
-            if measure and ps is not None:
-                peak = max(peak, _tree_rss(ps))
-            if time.perf_counter() > deadline:
-                timed_out = True
-                status = _terminate(proc.pid)
-                break
-            time.sleep(POLL_S)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status) if status is not None else -9
-        # anything the benchmark left behind in its group goes too
-        _kill_group(proc.pid)
-        reader.join(timeout=2.0)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        err_file.seek(0, os.SEEK_END)
-        size = err_file.tell()
-        err_file.seek(max(0, size - TAIL_CHARS))
-        err_tail = err_file.read().decode("utf-8", "replace")
-    peak_mib = peak / (1024 * 1024)
-    return CommandResult(
-        returncode=proc.returncode,
-        wall_s=wall,
-        timed_out=timed_out,
-        stdout_tail="".join(out_tail)[-TAIL_CHARS:],
-        stderr_tail=err_tail,
-        peak_rss_mib=peak_mib,
-        ready_s=ready_at[0] if ready_at else None,
-    )
+def _common_env(bench: BenchmarkConfig) -> dict[str, str]:
+    return {**bench.env, **bench.setting_env()}
+
+
+def _paths(hidden: dict[str, str]) -> tuple[str, ...]:
+    """Hidden values that are paths on this runner: given read-only to the jobs
+    that see hidden inputs (container isolation mounts them at the same path)."""
+    return tuple(sorted({v for v in hidden.values() if os.path.isabs(v) and os.path.exists(v)}))
 
 
 def run_once(
@@ -235,89 +123,257 @@ def run_once(
     extra_env: dict[str, str] | None = None,
     drop_env: tuple[str, ...] = (),
     workdir: Path | None = None,
+    isolation: Isolation | None = None,
+    base_checkout: Path | None = None,
 ) -> RunRecord:
     """One repetition of ``bench`` in ``checkout``. Never raises.
 
-    Result and output files go to a fresh directory under ``workdir`` (the
-    caller removes it); without ``workdir`` a temporary one is removed at once
-    and ``output_dir`` is empty."""
-    rec = _run_once(bench, checkout, extra_env=extra_env, drop_env=drop_env, workdir=workdir)
-    if workdir is None and rec.output_dir:
-        shutil.rmtree(Path(rec.output_dir).parent, ignore_errors=True)
-        rec.output_dir = ""
+    ``extra_env`` holds the hidden inputs (given to the benchmark process in
+    process mode, to the client and evaluator only when serving);
+    ``base_checkout`` (default: ``checkout``) is where the client and the
+    evaluator run from. Result and output files go to a fresh directory under
+    ``workdir`` (the caller removes it); without ``workdir`` a temporary one is
+    removed at once and ``output_dir`` is empty."""
+    iso = isolation or ProcessIsolation()
+    try:
+        work = Path(tempfile.mkdtemp(prefix="rsi-run-", dir=workdir))
+    except OSError as e:
+        return RunRecord(ok=False, error=f"verifier could not make a run dir: {e!r}")
+    try:
+        rec = _run_once(
+            bench, Path(checkout), Path(base_checkout or checkout), iso,
+            hidden=dict(extra_env or {}), drop=drop_env, work=work,
+        )  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
+        rec = RunRecord(ok=False, error=f"verifier could not run the benchmark: {e!r}")
+    rec.work_dir = str(work)
+    if workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+        rec.output_dir, rec.output_bases = "", []
     return rec
 
 
 def _run_once(
     bench: BenchmarkConfig,
     checkout: Path,
+    base: Path,
+    iso: Isolation,
     *,
-    extra_env: dict[str, str] | None,
-    drop_env: tuple[str, ...],
-    workdir: Path | None,
+    hidden: dict[str, str],
+    drop: tuple[str, ...],
+    work: Path,
 ) -> RunRecord:
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix="rsi-run-", dir=workdir))
-        result_path = tmp / "result.json"
-        out_dir = tmp / "outputs"
-        out_dir.mkdir()
-        env = child_env(
-            extra={
-                **bench.env,
-                **bench.setting_env(),
-                **(extra_env or {}),
-                "RSI_RESULT": str(result_path),
-                "RSI_OUTPUT_DIR": str(out_dir),
-            },
-            drop=drop_env,
-        )
-        cr = run_command(
-            bench.command,
-            cwd=Path(checkout),
-            env=env,
-            timeout_s=bench.timeout_s,
-            ready_pattern=bench.ready_pattern,
-        )
-    except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
-        return RunRecord(ok=False, error=f"verifier could not run the benchmark: {e!r}")
+    run_dir = work / "run"
+    run_dir.mkdir()
+    iso.prepare_dir(run_dir)
+    if bench.serving:
+        rec = _serving(bench, checkout, base, iso, hidden=hidden, drop=drop, run_dir=run_dir)
+    else:
+        env = {**_common_env(bench), **hidden}
+        job = Job(
+            bench.command or "", checkout, env, bench.timeout_s,
+            ready_pattern=bench.ready_pattern, run_dir=run_dir, drop=drop,
+            read_only_paths=_paths(hidden),
+        )  # fmt: skip
+        rec = _record(run_job(iso, job), bench, "the benchmark")
+    rec.output_dir = str(run_dir / "outputs")
+    rec.output_bases = [rec.output_dir]
+    if rec.error:
+        return rec
+    if bench.ready_pattern and rec.startup_s is None:
+        rec.error = f"ready_pattern {bench.ready_pattern!r} never appeared on stdout"
+        return rec
+    origin = "client" if bench.serving else "benchmark"
+    own = [m for m in bench.metrics if m not in bench.evaluator_metrics]
+    if not _load(rec, run_dir / "result.json", own, origin):
+        return rec
+    if bench.evaluator:
+        _evaluate(bench, base, iso, rec, hidden=hidden, drop=drop, work=work)
+        if rec.error:
+            return rec
+    rec.ok = True
+    return rec
+
+
+def _record(cr: CommandResult, bench: BenchmarkConfig, what: str) -> RunRecord:
     rec = RunRecord(
         ok=False,
         wall_s=cr.wall_s,
         peak_rss_mib=cr.peak_rss_mib,
         startup_s=cr.ready_s,
+        cpu_s=cr.cpu_s,
         returncode=cr.returncode,
         timed_out=cr.timed_out,
         stderr_tail=cr.stderr_tail,
         stdout_tail=cr.stdout_tail,
-        output_dir=str(out_dir),
+        extra=dict(cr.extra),
     )
+    rec.error = _failure(cr, bench, what)
+    return rec
+
+
+def _failure(cr: CommandResult, bench: BenchmarkConfig, what: str) -> str:
     if cr.error:
-        rec.error = cr.error
-        return rec
+        return f"{what}: {cr.error}"
+    left = int(cr.extra.get("leftover_processes") or 0)
+    if left:
+        return (
+            f"{what} left {left} process(es) running after it exited (killed): a result "
+            "they could still rewrite is not trusted; a benchmark must wait for its own "
+            "processes before it exits"
+        )
     if cr.timed_out:
-        rec.error = f"timed out after {bench.timeout_s:g} s (the whole process group was killed)"
-        return rec
+        return f"{what} timed out after {bench.timeout_s:g} s (it was killed, with everything it started)"
     if cr.returncode != 0:
         how = (
-            f"killed by signal {-cr.returncode}"
+            f"was killed by signal {-cr.returncode}"
             if cr.returncode is not None and cr.returncode < 0
             else f"exited with status {cr.returncode}"
         )
-        rec.error = f"the benchmark {how}"
-        return rec
-    if bench.ready_pattern and cr.ready_s is None:
-        rec.error = f"ready_pattern {bench.ready_pattern!r} never appeared on stdout"
-        return rec
+        return f"{what} {how}"
+    return ""
+
+
+def _load(rec: RunRecord, path: Path, expected: list[str], origin: str) -> bool:
     try:
-        rec.result = load_result(result_path, expected_metrics=list(bench.metrics))
+        rec.result = load_result(path, expected_metrics=expected)
     except ProtocolError as e:
         rec.error = f"bad result: {e}"
-        return rec
+        return False
     except Exception as e:  # noqa: BLE001
         rec.error = f"could not read the result: {e!r}"
-        return rec
-    rec.ok = True
+        return False
+    rec.sources = {m: origin for m in rec.result.metrics}
+    rec.sources.update({f"outputs.{k}": origin for k in rec.result.outputs})
+    return True
+
+
+def _await_ready(
+    server: Handle, bench: BenchmarkConfig, port: int, deadline: float
+) -> float | None:
+    """Seconds from the server's start until it is ready (None: never): its
+    ``ready_pattern`` appeared on its stdout, then ``ready_path`` answered 200
+    (polled by the verifier), whichever of the two the benchmark declares."""
+    if bench.ready_pattern and server.wait_ready(max(0.0, deadline - time.perf_counter())) is None:
+        return None
+    if not bench.ready_path:
+        return server.wait_ready(0)
+    url = f"http://{server.host}:{port}{bench.ready_path}"
+    while time.perf_counter() < deadline and server.running():
+        try:
+            with _NO_PROXY.open(url, timeout=1.0) as r:
+                if r.status == 200:
+                    return time.perf_counter() - server.t0
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(READY_POLL_S)
+    return None
+
+
+def _serving(
+    bench: BenchmarkConfig,
+    checkout: Path,
+    base: Path,
+    iso: Isolation,
+    *,
+    hidden: dict[str, str],
+    drop: tuple[str, ...],
+    run_dir: Path,
+) -> RunRecord:
+    """Server of the arm + protected client of the base, on a private network."""
+    common = _common_env(bench)
+    port = iso.server_port()
+    deadline = time.perf_counter() + bench.timeout_s
+    with iso.private_network() as net:
+        server = iso.start(
+            Job(
+                bench.serve or "", checkout, {**common, "RSI_PORT": str(port)}, bench.timeout_s,
+                role="server", ready_pattern=bench.ready_pattern, network=net, drop=drop,
+            )
+        )  # fmt: skip
+        try:
+            ready = _await_ready(server, bench, port, deadline)
+            if ready is None:
+                alive = server.running()
+                sr = server.stop()
+                how = (
+                    f"GET {bench.ready_path} never answered 200"
+                    if bench.ready_path
+                    else (f"ready_pattern {bench.ready_pattern!r} never appeared on its stdout")
+                )
+                rec = _record(sr, bench, "the server")
+                end = " in time" if alive else f"; it exited with status {sr.returncode}"
+                rec.error = f"the server never became ready: {how}{end}"
+                return rec
+            client = Job(
+                bench.client or "", base,
+                {**common, **hidden, "RSI_SERVER_URL": f"http://{server.host}:{port}"},
+                max(1.0, deadline - time.perf_counter()),
+                role="client", run_dir=run_dir, network=net, drop=drop,
+                read_only_paths=_paths(hidden),
+            )  # fmt: skip
+            cr = run_job(iso, client)
+            alive = server.running()
+        finally:
+            sr = server.stop()
+    rec = _record(cr, bench, "the client")
+    rec.startup_s, rec.peak_rss_mib, rec.cpu_s = ready, sr.peak_rss_mib, sr.cpu_s
+    rec.extra = {**sr.extra, "client_cpu_s": cr.cpu_s, "network": net}
+    names = [x.get("container") for x in (sr.extra, cr.extra) if x.get("container")]
+    if names:
+        rec.extra["containers"] = names
+    rec.stderr_tail = _tails("server", sr.stderr_tail, "client", cr.stderr_tail)
+    rec.stdout_tail = _tails("server", sr.stdout_tail, "client", cr.stdout_tail)
+    if not rec.error and not alive:
+        rec.error = f"the server exited (status {sr.returncode}) before the client finished"
     return rec
+
+
+def _tails(a: str, ta: str, b: str, tb: str) -> str:
+    parts = [f"[{name}]\n{t}" for name, t in ((a, ta), (b, tb)) if t.strip()]
+    return "\n".join(parts)[-TAIL_CHARS:]
+
+
+def _evaluate(
+    bench: BenchmarkConfig,
+    base: Path,
+    iso: Isolation,
+    rec: RunRecord,
+    *,
+    hidden: dict[str, str],
+    drop: tuple[str, ...],
+    work: Path,
+) -> None:
+    """Run the protected evaluator on the run's output files; merge its result."""
+    eval_dir = work / "eval"
+    eval_dir.mkdir()
+    iso.prepare_dir(eval_dir)
+    job = Job(
+        bench.evaluator or "", base, {**_common_env(bench), **hidden}, bench.timeout_s,
+        role="evaluator", run_dir=eval_dir, input_dir=Path(rec.output_dir), drop=drop,
+        read_only_paths=_paths(hidden),
+    )  # fmt: skip
+    cr = run_job(iso, job)
+    err = _failure(cr, bench, "the evaluator")
+    if err:
+        rec.error = err
+        rec.stderr_tail = _tails("run", rec.stderr_tail, "evaluator", cr.stderr_tail)
+        return
+    probe = RunRecord(ok=False)
+    if not _load(probe, eval_dir / "result.json", list(bench.evaluator_metrics), "evaluator"):
+        rec.error = f"the evaluator's {probe.error}"
+        return
+    assert rec.result is not None and probe.result is not None
+    mine, theirs = rec.result, probe.result
+    rec.result = BenchResult(
+        metrics={**mine.metrics, **theirs.metrics},
+        samples=dict(mine.samples),
+        outputs={**mine.outputs, **theirs.outputs},
+        counts=dict(mine.counts),
+        meta=dict(mine.meta),
+    )
+    rec.sources.update(probe.sources)
+    rec.output_bases = [str(eval_dir / "outputs"), rec.output_dir]
 
 
 def run_setup(
@@ -326,14 +382,16 @@ def run_setup(
     *,
     extra_env: dict[str, str] | None = None,
     drop_env: tuple[str, ...] = (),
+    isolation: Isolation | None = None,
 ) -> CommandResult | None:
-    """Run the benchmark's ``setup`` once in ``checkout`` (None when it has none)."""
+    """Run the benchmark's ``setup`` once in ``checkout`` (None when it has
+    none); the only job whose checkout is writable. A serving benchmark's
+    setup (the candidate's code) never sees hidden inputs."""
     if not bench.setup:
         return None
-    env = child_env(extra={**bench.env, **bench.setting_env(), **(extra_env or {})}, drop=drop_env)
-    try:
-        return run_command(
-            bench.setup, cwd=Path(checkout), env=env, timeout_s=bench.timeout_s, measure=False
-        )
-    except Exception as e:  # noqa: BLE001
-        return CommandResult(None, 0.0, False, "", "", error=f"could not run setup: {e!r}")
+    hidden = {} if bench.serving else dict(extra_env or {})
+    job = Job(
+        bench.setup, Path(checkout), {**_common_env(bench), **hidden}, bench.timeout_s,
+        role="setup", writable=True, drop=drop_env, read_only_paths=_paths(hidden),
+    )  # fmt: skip
+    return run_job(isolation or ProcessIsolation(), job)

@@ -28,6 +28,9 @@ Decision = Literal["accept", "review", "reject", "inconclusive", "error"]
 Direction = Literal["higher", "lower"]
 GuardStatus = Literal["pass", "fail", "unclear", "skipped"]
 Against = Literal["bk", "b0"]
+MetricSource = Literal[
+    "verifier", "client", "evaluator", "benchmark", "declared", "measured", "samples"
+]
 
 
 class _Frozen(BaseModel):
@@ -84,7 +87,10 @@ class MetricComparison(_Frozen):
 
     name: str
     direction: Direction
-    source: Literal["declared", "measured", "samples"] = "declared"
+    source: MetricSource = "benchmark"
+    """Who measured it: ``verifier`` (from outside), ``client`` (the protected
+    load generator), ``evaluator`` (the protected evaluator), ``benchmark``
+    (the candidate's own process). Older verdicts may say declared/measured/samples."""
     unit: str = ""
     b0: float | None = None
     bk: float | None = None
@@ -111,7 +117,16 @@ class ObjectiveResult(_Frozen):
 
 class GuardResult(_Frozen):
     name: str  # human label, e.g. "latency_p99_s <= 1.05x" or "WER"
-    kind: Literal["ratio", "delta", "failed_requests", "output_length", "wer", "allclose"]
+    kind: Literal[
+        "ratio",
+        "delta",
+        "failed_requests",
+        "output_length",
+        "wer",
+        "allclose",
+        "waveform",
+        "tensor",
+    ]
     metric: str = ""
     against: Against = "bk"
     bound: str = ""  # the bound as text, e.g. "<= 1.05x", "<= +0.01"
@@ -119,6 +134,7 @@ class GuardResult(_Frozen):
     ci: Interval | None = None
     status: GuardStatus = "pass"
     detail: str = ""
+    source: MetricSource | None = None  # for metric guards: who measured the metric
 
 
 class RunError(_Frozen):

@@ -8,6 +8,15 @@ Bot side::
                    -> result.json (job + loop events) and branches.bundle
                    -> the same bookkeeping as a local run (bot.jobs)
 
+Only runs the bot dispatched are ingested (:func:`run_problem`, :func:`ingest`):
+a ``workflow_dispatch`` run of the job workflow, on the default branch of the
+same repository (not a fork), by the bot itself, whose result carries the
+one-time nonce the bot recorded for that job (a replayed or forged result finds
+no unconsumed nonce). The job is the one the bot recorded, never the result's
+copy. From the bundle only the expected ``rsi/<task>/<n>`` branches whose
+commits descend from the recorded base are taken, and only loop events that
+name exactly those branch heads are applied.
+
 Runner side (``rsi worker --job ...``, see :mod:`bot.executors.remote`): runs
 the harness on the checkout, writes ``result.json`` and a git bundle of the
 ``rsi/*`` branches it made, and the workflow uploads them. Runners need no
@@ -20,17 +29,19 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
+import secrets
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from bot import jobs
+from bot import jobs, render
 from bot.context import Context, harness_task_id
 from bot.harness_port import event_view
 from bot.status import refresh_status
 from bot.worker import JobRun, Permanent, Retry
-from harness.gitutil import git, rev_parse
+from harness.gitutil import GitError, git, rev_parse
 
 log = logging.getLogger("rsi.bot.actions")
 
@@ -70,10 +81,20 @@ class ActionsExecutor:
             if t.generation != run.payload["generation"]:
                 return "superseded"
             ctx.store.update_task(t.id, state="running" if t.b0_sha else "baseline")
+        task = ctx.store.task(run.payload["task_id"])
+        base = task.bk_sha
+        if not base:
+            clone, default = jobs.ensure_clone(ctx, task)
+            base = rev_parse(clone, f"refs/remotes/origin/{default}")
+        doc["nonce"] = nonce = secrets.token_hex(16)
+        ctx.store.record_dispatch(nonce, repo=repo, task_id=task.id, generation=task.generation,
+                                  kind=run.job.kind, doc=doc, base_sha=base)
         inputs = {"job": json.dumps(doc, sort_keys=True),
                   "runner_labels": json.dumps(list(ctx.settings.runner_labels))}
         ref = ctx.gh.default_branch(repo)
-        ctx.gh.dispatch_workflow(repo, ctx.settings.job_workflow, ref, inputs)
+        run_id = ctx.gh.dispatch_workflow(repo, ctx.settings.job_workflow, ref, inputs)
+        if run_id:
+            ctx.store.set_dispatch_run(nonce, int(run_id))
         jobs._best_effort(refresh_status, ctx, doc["payload"]["task_id"],
                           note=f"Dispatched to runners `{', '.join(ctx.settings.runner_labels)}`.")
         return f"dispatched {run.job.kind} to {ctx.settings.job_workflow}"
@@ -92,8 +113,27 @@ def read_artifact(data: bytes) -> tuple[dict[str, Any], bytes | None]:
     return result, bundle
 
 
+def run_problem(ctx: Context, payload: dict[str, Any], default_branch: str) -> str | None:
+    """Why a ``workflow_run`` event is not a run the bot dispatched (None: it may be)."""
+    run = payload.get("workflow_run") or {}
+    repo = (payload.get("repository") or {}).get("full_name")
+    if run.get("event") != "workflow_dispatch":
+        return f"triggered by {run.get('event')!r}, not a dispatch"
+    head_repo = (run.get("head_repository") or {}).get("full_name")
+    if head_repo != repo:
+        return f"head repository {head_repo!r} is not {repo}"
+    if run.get("head_branch") != default_branch:
+        return f"ran on {run.get('head_branch')!r}, not the default branch {default_branch!r}"
+    for who in ("actor", "triggering_actor"):
+        login = (run.get(who) or {}).get("login")
+        if who in run and not ctx.is_us(login):
+            return f"{who} {login!r} is not the bot"
+    return None
+
+
 def ingest(ctx: Context, repo: str, run_id: int, *, conclusion: str | None = None) -> str:
-    """Apply a finished ``rsi-job`` run's result, as a local run would have."""
+    """Apply a finished ``rsi-job`` run's result, as a local run would have, when it
+    answers a job the bot dispatched (its nonce, once)."""
     arts = [a for a in ctx.gh.list_run_artifacts(repo, run_id)
             if a.name == ARTIFACT and not a.expired]
     if not arts:
@@ -101,36 +141,54 @@ def ingest(ctx: Context, repo: str, run_id: int, *, conclusion: str | None = Non
             raise Retry(f"run {run_id} has no {ARTIFACT} artifact yet")
         return f"run {run_id} ended {conclusion} without a result (runner or workflow error)"
     result, bundle = read_artifact(ctx.gh.download_artifact(repo, arts[0].id))
-    job = result["job"]
-    if job["repo"] != repo:
-        raise Permanent(f"result of {job['repo']} delivered by a run of {repo}")
-    task = ctx.store.task(job["payload"]["task_id"])
+    nonce = str((result.get("job") or {}).get("nonce") or "")
+    rec = ctx.store.dispatch(nonce) if re.fullmatch(r"[0-9a-f]{32}", nonce) else None
+    if rec is None or rec.repo != repo:
+        return f"refused: run {run_id}'s result answers no job the bot dispatched to {repo}"
+    if rec.run_id is not None and rec.run_id != run_id:
+        return f"refused: the job was dispatched as run {rec.run_id}, not {run_id}"
+    if not ctx.store.consume_dispatch(nonce):
+        return f"refused: the result of job {nonce[:8]} was already ingested (a replay)"
+    try:
+        return _apply(ctx, repo, rec, result, bundle)
+    except Permanent:
+        raise
+    except BaseException:  # retried by the worker: the retry must find the nonce unused
+        ctx.store.release_dispatch(nonce)
+        raise
+
+
+def _apply(ctx: Context, repo: str, rec: Any, result: dict[str, Any], bundle: bytes | None
+           ) -> str:
+    job = rec.doc  # what the bot dispatched, not what the result says it was
+    task = ctx.store.task(rec.task_id)
     if task is None:
-        raise Permanent(f"task {job['payload']['task_id']} does not exist")
-    if task.generation != job["generation"]:
+        raise Permanent(f"task {rec.task_id} does not exist")
+    if task.generation != rec.generation:
         return "superseded"
     clone, _default = jobs.ensure_clone(ctx, task)
-    if bundle:
-        with tempfile.NamedTemporaryFile(suffix=".bundle") as fh:
-            fh.write(bundle)
-            fh.flush()
-            git(clone, "fetch", "--quiet", "--force", fh.name, "+refs/heads/rsi/*:refs/heads/rsi/*")
-    events = [event_view(e) for e in result.get("events", [])]
+    heads = import_bundle(clone, bundle, harness_task_id(task.issue, task.generation),
+                          rec.base_sha) if bundle else {}
+    events = [ev for ev in (event_view(e) for e in result.get("events", []))
+              if _event_fits(ev, heads)]
     kind = job["kind"]
     if result.get("error"):
         jobs._best_effort(refresh_status, ctx, task.id,
-                          note=f"⚠️ The runner's job failed (infrastructure, not the change): "
-                               f"{result['error'][:500]}")
+                          note="⚠️ The runner's job failed (infrastructure, not the change): "
+                               + render.inert(str(result["error"])[:500], one_line=True))
         if kind == "run_task":
             ctx.store.update_task(task.id, generation=task.generation, state="failed")
-        return f"runner error: {result['error'][:200]}"
+        return f"runner error: {str(result['error'])[:200]}"
     if kind == "run_task":
         watcher = jobs.RunWatcher(ctx, task, task.generation)
         for ev in events:
             watcher(ev)
-        return watcher.finish(result.get("status", "finished"), result.get("reason", ""))
+        return watcher.finish(str(result.get("status", "finished")),
+                              str(result.get("reason", "")))
     if kind == "rebaseline":
-        sha = result.get("bk_sha") or job["payload"].get("ref")
+        sha = job["payload"].get("ref") or result.get("bk_sha")
+        if not isinstance(sha, str) or not rev_parse(clone, sha):
+            raise Permanent(f"the rebaseline result names an unknown commit {str(sha)[:40]!r}")
         old = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
         outcomes = [e for e in events if e.kind == "reverified"]
         return jobs.apply_rebaseline(ctx, task, clone, sha, job["payload"].get("merged_pr"),
@@ -144,4 +202,65 @@ def ingest(ctx: Context, repo: str, run_id: int, *, conclusion: str | None = Non
         head = rev_parse(clone, f"refs/heads/{cand.branch}") or job.get("sha")
         return jobs.apply_reverify(ctx, task, cand, verdict, head, clone,
                                    job["payload"].get("requested_by"))
-    raise Permanent(f"unknown job kind {kind!r} in the result")
+    raise Permanent(f"unknown job kind {kind!r} in the dispatch record")
+
+
+INCOMING = "refs/rsi-incoming/"
+
+
+def import_bundle(clone: Any, bundle: bytes, task_id: str, base: str | None) -> dict[str, str]:
+    """Fetch a runner's bundle into a quarantine namespace and keep only the
+    branches ``rsi/<task_id>/<n>`` whose heads descend from ``base`` (and the
+    ledger, as a fast-forward). Returns {branch: sha} of what was taken."""
+    wanted = re.compile(rf"rsi/{re.escape(task_id)}/[1-9][0-9]{{0,5}}")
+    taken: dict[str, str] = {}
+    with tempfile.NamedTemporaryFile(suffix=".bundle") as fh:
+        fh.write(bundle)
+        fh.flush()
+        git(clone, "bundle", "verify", "--quiet", fh.name)
+        git(clone, "fetch", "--quiet", "--no-tags", fh.name, f"+refs/heads/rsi/*:{INCOMING}rsi/*")
+    try:
+        listing = git(clone, "for-each-ref", "--format=%(refname) %(objectname)", INCOMING)
+        for line in listing.splitlines():
+            ref, sha = line.split()
+            branch = ref[len(INCOMING):]
+            if wanted.fullmatch(branch):
+                ok = base is not None and _descends(clone, sha, base)
+            elif branch == "rsi/ledger":
+                old = rev_parse(clone, "refs/heads/rsi/ledger")
+                ok = old is None or _descends(clone, sha, old)
+            else:
+                ok = False
+            if ok:
+                git(clone, "update-ref", f"refs/heads/{branch}", sha)
+                taken[branch] = sha
+            else:
+                log.warning("bundle ref %s (%s) refused: not an expected branch of task %s "
+                            "descending from %s", branch, sha[:10], task_id, (base or "?")[:10])
+    finally:
+        for line in git(clone, "for-each-ref", "--format=%(refname)", INCOMING).splitlines():
+            git(clone, "update-ref", "-d", line.strip())
+    return taken
+
+
+def _descends(clone: Any, sha: str, base: str) -> bool:
+    try:
+        git(clone, "merge-base", "--is-ancestor", base, sha)
+        return True
+    except GitError:
+        return False
+
+
+def _event_fits(ev: Any, heads: dict[str, str]) -> bool:
+    """A loop event that names a branch must name one we took, at its head."""
+    branch, sha = ev.get("branch"), ev.get("sha")
+    if ev.kind not in ("candidate", "reverified") or not (branch or sha):
+        return True
+    if ev.kind == "reverified" and (ev.data.get("data") or {}).get("outcome") in ("conflict",
+                                                                                 "merged"):
+        return True
+    ok = isinstance(branch, str) and heads.get(branch) == sha
+    if not ok:
+        log.warning("dropping a %s event for %s@%s: not a branch head taken from the bundle",
+                    ev.kind, branch, str(sha)[:10])
+    return ok

@@ -3,7 +3,9 @@
 A command is a line that starts with ``/rsi`` (up to three spaces of
 indentation, as in Markdown). Lines inside fenced code blocks (```` ``` ````
 or ``~~~``), indented code blocks (four spaces or a tab), ``>`` quotes and
-HTML comments do not count. The commenter needs write, maintain or admin
+HTML comments do not count. ``/rsi rerun`` on an issue whose body was edited
+after the label runs the edited proposal (the writer's approval of the edit).
+The commenter needs write, maintain or admin
 (``role_name``); bots and the bot itself are ignored; a refusal says why.
 Commands are acknowledged with a reaction (+1 done, confused refused).
 """
@@ -78,11 +80,10 @@ def _command(words: list[str], text: str) -> Command:
         return Command("help", (), None, text)
     name, args = words[0].lower(), tuple(words[1:])
     if name not in NAMES:
-        return Command("", (words[0],), f"unknown command `{words[0]}`; `/rsi help` lists them",
-                       text)
+        return Command("", (words[0],), "unknown command; /rsi help lists them", text)
     if name == "budget":
         if not args or not args[0].isdigit():
-            return Command(name, args, "`/rsi budget N` needs a whole number of rounds", text)
+            return Command(name, args, "/rsi budget N needs a whole number of rounds", text)
         n = int(args[0])
         if not 1 <= n <= MAX_BUDGET:
             return Command(name, args, f"the budget must be between 1 and {MAX_BUDGET} rounds",
@@ -112,10 +113,10 @@ def handle(ctx: Context, event: Any) -> str:
     comment_id = comment.get("id")
     role = ctx.gh.collaborator_role(repo, user)
     if role not in TRUSTED_ROLES:
-        names = ", ".join(f"`{c.name or c.args[0]}`" for c in cmds)
+        names = ", ".join(c.name or c.args[0] for c in cmds)
         ctx.gh.create_issue_comment(repo, number, render.refusal(
-            user, names.strip("`") if len(cmds) == 1 else names,
-            f"it needs write, maintain or admin access to {repo}, and you have `{role}`."))
+            user, names, f"it needs write, maintain or admin access to {repo}, and you have "
+            f"`{render.inert(role, plain=True)}`."))
         _react(ctx, repo, comment_id, "confused")
         return f"refused: {user} is {role}"
     is_pr = bool(issue.get("pull_request"))
@@ -204,6 +205,15 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
                                          "requested_by": user},
                           lane=lane, key=f"rebaseline:{task.id}:{delivery}")
         return True, "rebaselining on the default branch; open candidates will be re-verified."
+    if cmd.name == "rerun" and not is_pr and task.edited_proposal is not None:
+        from bot.handlers import labeled
+
+        outcome = labeled.start(ctx, repo, number, body=task.edited_proposal,
+                                title=f"#{number}", labeler=user,
+                                installation_id=task.installation_id, trigger=delivery)
+        return True, ("running the edited proposal, approved by you" +
+                      ("" if outcome.startswith("accepted") else
+                       " (it has problems: see the status comment)") + ".")
     if cmd.name == "rerun":
         cands = [cand] if cand is not None else ctx.store.candidates(task.id, state="open")
         if not cands:

@@ -1,7 +1,9 @@
 """``issues.labeled`` with the trigger label: start (or supersede) the issue's task.
 
 Never on ``issues.opened``: the label is the maintainer's decision. The
-labeler needs write, maintain or admin. The proposal is read with the
+labeler needs write, maintain or admin. The proposal is the issue body *in
+the label event* (what the labeler saw), stored with the task; an edit after
+the label is never run unapproved (see :mod:`bot.handlers.edited`). It is read with the
 harness's parser against ``.rsi/config.toml`` from the default branch; the
 sticky status comment says "accepted" with the task's summary, or lists the
 errors and how to fix them. One task per issue: a newer label supersedes the
@@ -38,17 +40,23 @@ def handle(ctx: Context, event: Any) -> str:
     number = int(issue["number"])
     role = ctx.gh.collaborator_role(repo, login)
     if role not in TRUSTED_ROLES:
-        ctx.gh.create_issue_comment(repo, number, render.refusal(
-            login, f"(label `{label}`)",
-            f"starting a task needs write, maintain or admin access to {repo}, and you have "
-            f"`{role}`. Ask a maintainer to add the label."))
+        ctx.gh.create_issue_comment(repo, number, render.label_refusal(
+            login, label, f"starting a task needs write, maintain or admin access to {repo}, "
+            f"and you have `{render.inert(role, plain=True)}`. Ask a maintainer to add the label."))
         return f"refused: {login} is {role}"
 
-    task = ctx.store.start_task(repo, number, labeler=login,
-                                installation_id=event.installation_id,
-                                trigger=event.delivery_id)
-    # The issue as it is now (the payload may be older than an edit).
-    info = ctx.gh.get_issue(repo, number)
+    return start(ctx, repo, number, body=issue.get("body") or "", title=issue.get("title") or "",
+                 labeler=login, installation_id=event.installation_id,
+                 trigger=event.delivery_id)
+
+
+def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labeler: str,
+          installation_id: int | None, trigger: str) -> str:
+    """Start (or supersede) the issue's task with ``body``: the proposal exactly
+    as the writer approved it (the label event's copy, or the edit a writer ran
+    with ``/rsi rerun``), never the issue as it is when a worker gets to it."""
+    task = ctx.store.start_task(repo, number, labeler=labeler, installation_id=installation_id,
+                                trigger=trigger)
     config_text = ctx.gh.get_file_text(repo, CONFIG_PATH)
     errors: list[str] = []
     spec = None
@@ -57,20 +65,20 @@ def handle(ctx: Context, event: Any) -> str:
                       "repo config first (see docs/contracts.md)")
     else:
         try:
-            spec = ctx.harness.build_task(config_text, info.body,
-                                         harness_task_id(number, task.generation),
-                                         title=info.title)
+            spec = ctx.harness.build_task(config_text, body,
+                                         harness_task_id(number, task.generation), title=title)
         except SpecError as e:
             errors = list(e.errors)
     if errors:
         ctx.store.update_task(task.id, generation=task.generation, state="invalid",
-                              summary=None, proposal=info.body)
+                              summary=None, proposal=body, edited_proposal=None)
         refresh_status(ctx, task.id, errors=errors)
         return f"invalid: {len(errors)} error(s)"
     summary = render.task_summary(spec)
     budget = getattr(getattr(spec, "agent", None), "rounds", None)
     ctx.store.update_task(task.id, generation=task.generation, state="queued", summary=summary,
-                          proposal=info.body, budget=budget, b0_sha=None, bk_sha=None)
+                          proposal=body, edited_proposal=None, budget=budget, b0_sha=None,
+                          bk_sha=None)
     ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
                       lane=task_lane(task.id), key=f"run:{task.id}:{task.generation}")
     note = "Accepted. The baseline is measured first, then the rounds run." + (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot import render
 from bot.context import Context, task_lane
 from bot.status import refresh_status
 
@@ -40,6 +41,6 @@ def handle(ctx: Context, event: Any) -> str:
     ctx.store.enqueue("rebaseline", {"task_id": task.id, "ref": sha, "merged_pr": int(number)},
                       lane=task_lane(task.id), key=f"rebaseline:{task.id}:merge:{number}")
     ctx.store.update_task(task.id, state="rebaselining")
-    refresh_status(ctx, task.id, note=f"#{number} merged: measuring `{(sha or '')[:10]}` "
+    refresh_status(ctx, task.id, note=f"#{int(number)} merged: measuring `{render._short(sha)}` "
                                       "as the new Bk, then re-verifying the open candidates.")
     return f"merged #{number}: rebaseline queued"

@@ -1,8 +1,12 @@
 """``workflow_run.completed``: ingest a job's result from the ``actions`` executor.
 
-The run's ``rsi-result`` artifact holds ``result.json`` (which job it was, and
-the loop events it produced) and ``branches.bundle`` (the candidate branches);
-see :mod:`bot.executors.actions`. Runs of other workflows are ignored.
+Only with ``RSI_EXECUTOR=actions``, and only for a run the bot dispatched:
+the job workflow, triggered by ``workflow_dispatch`` on the default branch of
+this same repository (never a fork's head), by the bot
+(:func:`bot.executors.actions.run_problem`); the result must then carry the
+nonce of a job the bot recorded and has not ingested yet
+(:func:`bot.executors.actions.ingest`). Everything else is ignored with the
+reason as the job's result.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ EVENTS = ("workflow_run.completed",)
 
 
 def handle(ctx: Context, event: Any) -> str:
+    if ctx.settings.executor != "actions":
+        return "ignored: the executor is not actions"
     p = event.payload
     run = p.get("workflow_run") or {}
     repo = (p.get("repository") or {}).get("full_name")
@@ -23,4 +29,7 @@ def handle(ctx: Context, event: Any) -> str:
         return "ignored: not an rsi job run"
     from bot.executors import actions
 
+    why = actions.run_problem(ctx, p, ctx.gh.default_branch(repo))
+    if why is not None:
+        return f"ignored: not a run the bot dispatched ({why})"
     return actions.ingest(ctx, repo, int(run["id"]), conclusion=run.get("conclusion"))

@@ -1,9 +1,13 @@
 """``command``: an external coding-agent CLI run in the agent container.
 
-The prompt is TASK.md (mounted read-only at ``/rsi/TASK.md``); the worktree of
-Bk is mounted read-write at ``/work/repo`` (its ``.git`` file read-only, so the
-agent cannot repoint the worktree); the agent writes its one-line hypothesis to
-``/rsi/hypothesis.txt``. The API key and any other variables named by the
+The prompt is TASK.md (the host's file, mounted read-only at
+``/rsi/TASK.md``); the agent's tree (a plain export of Bk, no ``.git``, owned by
+the sandbox uid) is mounted read-write at ``/work/repo``; the agent's only
+other writable dir is its scratch dir at ``/rsi/out``, where it writes its
+one-line hypothesis (``/rsi/out/hypothesis.txt``; or it prints a line
+``RSI-HYPOTHESIS: ...``). The host reads the hypothesis without following
+links, from regular files only, size-capped; the log is the container's
+output, written by the host into its own dir. The API key and any other variables named by the
 preset or ``[agent] env`` are read from the runner's environment and passed to
 the container; their values are redacted from every log and never written to
 the state dir or the ledger. Network is on only when the runner profile says
@@ -28,16 +32,21 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import sandbox
-from harness.agents.base import AgentContext, AgentOutcome
+from harness.agents.base import AgentContext, AgentOutcome, UnsafeFile, read_agent_file
 from harness.spec import RunnerProfile
+from harness.workspace import hand_to_sandbox
 
 IO_DIR = "/rsi"
+OUT_DIR = "/rsi/out"
 WORKDIR = "/work/repo"
+HYPOTHESIS_FILE = "hypothesis.txt"
+HYPOTHESIS_MARK = "RSI-HYPOTHESIS:"
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ PRESETS: dict[str, Preset] = {
 def render_command(template: str, *, model: str | None, model_flag: str = "--model") -> str:
     values = {
         "task_file": f"{IO_DIR}/TASK.md",
-        "hypothesis_file": f"{IO_DIR}/hypothesis.txt",
+        "hypothesis_file": f"{OUT_DIR}/{HYPOTHESIS_FILE}",
         "workdir": WORKDIR,
         "python": sandbox.python_executable(),
         "model": model or "",
@@ -107,48 +116,44 @@ class CommandAgent:
     def command_line(self) -> str:
         return render_command(self.template, model=self.model, model_flag=self.model_flag)
 
-    def run(self, ctx: AgentContext) -> AgentOutcome:
-        t0 = time.monotonic()
-        profile = self.profile or ctx.spec.runner.active
-        source = self.environ if self.environ is not None else os.environ
-        hidden = {ctx.spec.hidden.seed_env, *ctx.spec.hidden.env}  # verifier-only, never an agent's
-        passed = {n: source[n] for n in self.env_names if source.get(n) and n not in hidden}
-        io = Path(ctx.io_dir)
-        io.mkdir(parents=True, exist_ok=True)
-        (io / "TASK.md").write_text(ctx.task_md)
-        hyp_file = io / "hypothesis.txt"
-        hyp_file.unlink(missing_ok=True)
-        os.chmod(io, 0o777)
-        os.chmod(io / "TASK.md", 0o644)
+    def _job(self, ctx: AgentContext, scratch: Path, passed: dict[str, str], network: bool) -> sandbox.SandboxJob:
         mounts = [
             *sandbox.python_mounts(),
             sandbox.Mount(source=str(ctx.worktree), target=WORKDIR, read_only=False),
-            sandbox.Mount(source=str(io), target=IO_DIR, read_only=False),
+            sandbox.Mount(source=str(ctx.task_file), target=f"{IO_DIR}/TASK.md", read_only=True),
+            sandbox.Mount(source=str(scratch), target=OUT_DIR, read_only=False),
             *self.extra_mounts,
         ]
-        if (ctx.worktree / ".git").is_file():
-            mounts.append(sandbox.Mount(source=str(ctx.worktree / ".git"), target=f"{WORKDIR}/.git", read_only=True))
-        job = sandbox.SandboxJob(
+        return sandbox.SandboxJob(
             command=["/bin/sh", "-c", self.command_line()],
             mounts=mounts,
             workdir=WORKDIR,
             env={
                 **passed,
                 "RSI_TASK_FILE": f"{IO_DIR}/TASK.md",
-                "RSI_HYPOTHESIS_FILE": f"{IO_DIR}/hypothesis.txt",
+                "RSI_HYPOTHESIS_FILE": f"{OUT_DIR}/{HYPOTHESIS_FILE}",
+                "RSI_OUT_DIR": OUT_DIR,
                 "RSI_WORKDIR": WORKDIR,
                 "RSI_ROUND": str(ctx.round),
             },
             timeout_s=ctx.timeout_s,
-            network=profile.network,
+            network=network,
         )
-        res = sandbox.run(job, profile, secrets=passed.values())
+
+    def run(self, ctx: AgentContext) -> AgentOutcome:
+        t0 = time.monotonic()
+        profile = self.profile or ctx.spec.runner.active
+        source = self.environ if self.environ is not None else os.environ
+        hidden = {ctx.spec.hidden.seed_env, *ctx.spec.hidden.env}  # verifier-only, never an agent's
+        passed = {n: source[n] for n in self.env_names if source.get(n) and n not in hidden}
+        scratch = fresh_scratch(Path(ctx.scratch_dir or Path(ctx.io_dir) / "out"))
+        res = sandbox.run(self._job(ctx, scratch, passed, profile.network), profile, secrets=passed.values())
         log = res.output
-        (io / "agent.log").write_text(log)
-        hyp = ""
-        if hyp_file.exists():
-            lines = [ln.strip() for ln in hyp_file.read_text(errors="replace").splitlines() if ln.strip()]
-            hyp = sandbox.redact(lines[0], passed.values())[:300] if lines else ""
+        hyp, note = read_hypothesis(scratch, log)
+        shutil.rmtree(scratch, ignore_errors=True)  # nothing else in it is ever read
+        hyp = sandbox.redact(hyp, passed.values())[:300]
+        if note:
+            log += f"\n[rsi] {note}\n"
         out = AgentOutcome(hypothesis=hyp or f"{self.name}: (no hypothesis given)", log=log, duration_s=time.monotonic() - t0)
         if res.error:
             out.error = f"agent container failed to run: {res.error}"
@@ -160,3 +165,32 @@ class CommandAgent:
             tail = log.strip().splitlines()[-5:]
             out.error = f"agent exited with code {res.exit_code}: " + " | ".join(tail)[-500:]
         return out
+
+
+def fresh_scratch(path: Path) -> Path:
+    """An empty scratch dir for the agent (an old one is removed first, links
+    never followed), owned by the sandbox's uid."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    hand_to_sandbox(path)
+    return path
+
+
+def read_hypothesis(scratch: Path, output: str) -> tuple[str, str]:
+    """(first line of the hypothesis, a note when the file was refused). The
+    file ``hypothesis.txt`` in the scratch dir wins; else the last
+    ``RSI-HYPOTHESIS:`` line of the output."""
+    note = ""
+    text = None
+    try:
+        text = read_agent_file(scratch, HYPOTHESIS_FILE, max_bytes=16 * 1024)
+    except UnsafeFile as exc:
+        note = f"hypothesis file refused: {exc}"
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    if lines:
+        return lines[0], note
+    marked = [ln.split(HYPOTHESIS_MARK, 1)[1].strip() for ln in output.splitlines() if HYPOTHESIS_MARK in ln]
+    return (marked[-1] if marked else ""), note

@@ -4,6 +4,12 @@ For reproducing a human's patch under the verifier, and for tests and the
 demo. The hypothesis is the patch's ``Subject:`` (``git format-patch``), else
 its first ``#`` comment line, else its file name. A patch that does not apply
 on Bk is an ``error`` candidate with git's message.
+
+The patch is applied by ``git apply`` in the agent's tree (a plain export, no
+``.git``) as a plain patch tool: discovery of a repository above the tree is
+cut off (``GIT_CEILING_DIRECTORIES``), so git's own guards hold: no path
+outside the tree, none through a symlink, none into ``.git``. Hardened config
+and a clean environment as every host git call (``harness.gitutil``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import time
 from pathlib import Path
 
 from harness.agents.base import AgentContext, AgentOutcome
+from harness.gitutil import HARDENING, bot_env
 
 
 def patch_hypothesis(text: str, name: str) -> str:
@@ -47,13 +54,7 @@ class ReplayAgent:
             return AgentOutcome(error=f"patch {path}: {exc}", duration_s=time.monotonic() - t0)
         hyp = patch_hypothesis(text, path.name)
         change = {"kind": "patch", "file": path.name, "index": i}
-        proc = subprocess.run(  # noqa: PLW1510 - the return code is read below
-            ["git", "-c", "safe.directory=*", "apply", "--whitespace=nowarn", "-"],
-            cwd=ctx.worktree,
-            input=text,
-            capture_output=True,
-            text=True,
-        )
+        proc = apply_patch(Path(ctx.worktree), text)
         if proc.returncode != 0:
             return AgentOutcome(
                 hypothesis=hyp,
@@ -63,3 +64,17 @@ class ReplayAgent:
                 duration_s=time.monotonic() - t0,
             )
         return AgentOutcome(hypothesis=hyp, change=change, raw_patch=text, duration_s=time.monotonic() - t0)
+
+
+def apply_patch(tree: Path, text: str) -> subprocess.CompletedProcess:
+    """``git apply`` of ``text`` inside ``tree`` and nowhere else."""
+    tree = tree.resolve()
+    env = bot_env({"GIT_CEILING_DIRECTORIES": str(tree.parent)})
+    return subprocess.run(  # noqa: PLW1510 - the caller reads the return code
+        ["git", *HARDENING, "apply", "--whitespace=nowarn", "-"],
+        cwd=tree,
+        input=text,
+        capture_output=True,
+        text=True,
+        env=env,
+    )

@@ -163,7 +163,9 @@ def write_task_md(
         "",
         "## When you are done",
         "",
-        f"Leave your change in the working tree (do not commit). Write one line to `{hypothesis_file}`:",
+        "Leave your change as plain files in the working tree: only regular files are taken",
+        "(no symlinks; `.git` directories, FIFOs and files the repo ignores are left out).",
+        f"Write one line to `{hypothesis_file}` (or print a line `RSI-HYPOTHESIS: ...`):",
         "what you changed and why it should make the objective better.",
         "",
     ]

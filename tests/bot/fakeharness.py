@@ -68,9 +68,13 @@ class FakeHarness:
         self.calls: list[tuple[str, Any]] = []
         self.reverify_decision = "accept"
         self.gate: threading.Event | None = None  # set to block inside each round
+        self.hypothesis: str | None = None  # the agent's words for every candidate
+        self.reason: str | None = None  # the verifier reason on every verdict
+        self.proposals: list[str | None] = []  # every proposal body a spec was built from
 
     # -- spec: the real thing ------------------------------------------------
     def build_task(self, config_text, proposal_body, task_id, *, title="", repo_files=None):
+        self.proposals.append(proposal_body)
         return hspec.build_task(config_text, proposal_body, task_id, title=title,
                                 repo_files=repo_files)
 
@@ -112,13 +116,16 @@ class FakeHarness:
             decision = self.decisions[(n - 1) % len(self.decisions)]
             verdict = make_verdict(decision, {"b0": st["b0"], "bk": st["bk"], "candidate": sha},
                                    gain=0.1 * n if decision == "accept" else -0.05)
+            if self.reason is not None:
+                verdict = verdict.model_copy(update={"reason": self.reason})
             status = "open" if decision in ("accept", "review") else "rolled_back"
             st["cands"][str(n)] = {"branch": branch, "sha": sha, "status": status}
             st["rounds_done"] = r
             self._save(state_dir, st)
             on_event({"kind": "candidate", "task_id": spec.task_id, "round": r, "candidate": n,
                       "branch": branch, "sha": sha, "verdict": verdict,
-                      "record": {"hypothesis": f"change {n}", "decision": decision},
+                      "record": {"hypothesis": self.hypothesis or f"change {n}",
+                                 "decision": decision},
                       "data": {"status": status}})
         on_event({"kind": "finished", "task_id": spec.task_id})
         return SimpleNamespace(status="finished", reason=f"budget of {total} rounds used")

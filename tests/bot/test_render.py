@@ -123,8 +123,9 @@ class Spec:
 
 def test_status_comment():
     summary = render.task_summary(Spec())
-    assert "`throughput` of benchmark `tts`, at least +5.0%" in summary
-    assert "`latency_p95_s` ≤ 1.05x" in summary and "`replay`, 3 rounds" in summary
+    assert "throughput of benchmark tts, at least +5.0%" in summary
+    assert "latency\\_p95\\_s ≤ 1.05x" not in summary  # snake_case stays readable
+    assert "latency_p95_s ≤ 1.05x" in summary and "replay, 3 rounds" in summary
 
     class C:
         n, decision, pr_number, state, hypothesis = 1, "accept", 7, "open", "cache | speaker"
@@ -138,7 +139,7 @@ def test_status_comment():
 
 def test_status_errors_list():
     text = render.status_comment(state="invalid", errors=["[objective]: metric 'x' unknown"])
-    assert "- [objective]: metric 'x' unknown" in text and "add the label again" in text
+    assert "- \\[objective\\]: metric 'x' unknown" in text and "add the label again" in text
 
 
 def test_pr_texts_and_replies():
@@ -146,6 +147,7 @@ def test_pr_texts_and_replies():
         "rsi #3.2: Cache the speaker embedding"
     body = render.pr_body(issue=3, n=2, hypothesis="Cache it", verdict=verdict(), labeler="alice")
     assert "#3" in body and "@alice" in body and "never approves or merges" in body
-    assert render.refusal("bob", "rerun", "no access") == "@bob `/rsi rerun` was not run: no access"
+    assert render.refusal("bob", "rerun", "no access") == \
+        "@bob the command /rsi rerun was not run: no access"
     assert "/rsi budget N" in render.help_text()
     assert "conflicts with #5" in render.conflict_note(5, "CONFLICT (content)")

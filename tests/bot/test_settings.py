@@ -65,3 +65,12 @@ def test_reads_process_environment(monkeypatch):
 def test_explicit_env_ignores_process_env(monkeypatch):
     monkeypatch.setenv("RSI_TRIGGER_LABEL", "other")
     assert load_settings(GOOD).trigger_label == "rsi"
+
+
+
+def test_allow_lists_are_parsed_and_checked(bot_settings):
+    s = bot_settings(allowed_repos="acme/*, acme/target", allowed_installations="1,2")
+    assert s.allowed_repos == ["acme/*", "acme/target"] and s.allowed_installations == [1, 2]
+    with pytest.raises(SettingsError) as e:
+        bot_settings(allowed_repos="acme")
+    assert "RSI_ALLOWED_REPOS: 'acme' is not owner/name or owner/*" in str(e.value)

@@ -232,3 +232,26 @@ def test_expired_job_resumes_before_its_lane_moves_on(store, clock):
     store.claim("dead", lease_s=1)
     clock.t += 2
     assert store.claim("w").id == first
+
+
+def test_a_body_is_claimed_once_whatever_its_delivery_id(store, clock):
+    assert store.record_delivery("d1", "issues", "labeled", '{"a": 1}') is not None
+    assert store.record_delivery("d2", "issues", "labeled", '{"a": 1}') is None  # replay
+    assert store.record_delivery("d3", "issue_comment", "created", '{"a": 1}') is None
+    assert store.record_deliveries([("d4", "ping", None, '{"b": 1}'),
+                                    ("d5", "ping", None, '{"b": 1}')])[1] is None
+    assert store.count_deliveries() == 2
+    # past the replay window the digest is forgotten (GitHub cannot redeliver that late)
+    clock.t += store.replay_window_s + 61
+    assert store.record_delivery("d6", "issues", "labeled", '{"a": 1}') is not None
+
+
+def test_a_dispatch_is_consumed_once(store):
+    store.record_dispatch("n" * 32, repo="a/b", task_id=1, generation=1, kind="run_task",
+                          doc={"kind": "run_task"}, base_sha="abc")
+    store.set_dispatch_run("n" * 32, 42)
+    assert store.dispatch("n" * 32).run_id == 42 and store.dispatch("x") is None
+    assert store.consume_dispatch("n" * 32) is True
+    assert store.consume_dispatch("n" * 32) is False
+    store.release_dispatch("n" * 32)
+    assert store.consume_dispatch("n" * 32) is True

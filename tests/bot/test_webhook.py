@@ -7,7 +7,9 @@ import pytest
 from bot.webhook import Event, WebhookError, parse, sign, verify_signature
 
 SECRETS = [b"new-secret-xyz", b"old-secret-abc"]
-BODY = json.dumps({"action": "labeled", "issue": {"number": 3}}).encode()
+PAYLOAD = {"action": "labeled", "issue": {"number": 3},
+           "repository": {"full_name": "acme/target"}, "sender": {"login": "alice"}}
+BODY = json.dumps(PAYLOAD).encode()
 
 
 def headers(body=BODY, secret="new-secret-xyz", **extra):
@@ -19,7 +21,7 @@ def headers(body=BODY, secret="new-secret-xyz", **extra):
 
 def test_valid_delivery_becomes_an_event():
     ev = parse(headers(), BODY, secrets=SECRETS)
-    assert ev == Event("issues", "labeled", "d-1", {"action": "labeled", "issue": {"number": 3}})
+    assert ev == Event("issues", "labeled", "d-1", PAYLOAD)
     assert ev.key == "issues.labeled"
 
 
@@ -104,3 +106,45 @@ def test_verify_signature_rejects_empty():
     assert not verify_signature(BODY, None, SECRETS)
     assert not verify_signature(BODY, "", SECRETS)
     assert verify_signature(BODY, sign(BODY, SECRETS[1]), SECRETS)
+
+
+# ------------------------------------------------ issue 9: shapes, nesting, digests, allow-lists
+
+
+def test_payload_that_does_not_fit_its_event_is_400():
+    with pytest.raises(WebhookError) as e:
+        parse(headers(**{"X-GitHub-Event": "issue_comment"}), BODY, secrets=SECRETS)
+    assert e.value.status == 400 and "'comment' is missing" in e.value.message
+    odd = json.dumps({**PAYLOAD, "action": "exploded"}).encode()
+    with pytest.raises(WebhookError) as e:
+        parse(headers(odd, **{"X-GitHub-Event": "workflow_run"}), odd, secrets=SECRETS)
+    assert e.value.status == 400
+    # events the bot does not act on are not checked
+    assert parse(headers(**{"X-GitHub-Event": "star"}), BODY, secrets=SECRETS).name == "star"
+
+
+@pytest.mark.parametrize("depth", [65, 500, 50_000])
+def test_deeply_nested_json_is_400(depth):
+    body = b'{"a":' * depth + b"1" + b"}" * depth
+    with pytest.raises(WebhookError) as e:
+        parse(headers(body), body, secrets=SECRETS)
+    assert e.value.status == 400 and "nested" in e.value.message
+
+
+def test_digest_is_of_the_signed_body():
+    import hashlib
+
+    ev = parse(headers(), BODY, secrets=SECRETS)
+    assert ev.digest == hashlib.sha256(BODY).hexdigest()
+
+
+def test_admitted_by_repo_and_installation():
+    from bot.webhook import admitted
+
+    ev = Event("issues", "labeled", "d", {**PAYLOAD, "installation": {"id": 7}})
+    assert admitted(ev) is None
+    assert admitted(ev, repos=["acme/*"]) is None
+    assert admitted(ev, repos=["ACME/Target"]) is None
+    assert "not in RSI_ALLOWED_REPOS" in admitted(ev, repos=["other/*", "acme/targets"])
+    assert admitted(ev, installations=[7]) is None
+    assert "installation 7 is not in" in admitted(ev, installations=[8])

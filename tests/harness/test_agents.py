@@ -29,10 +29,11 @@ def repo(tmp_path: Path) -> Path:
 def ctx_for(repo: Path, tmp_path: Path, *, ledger=(), state=None, name="w") -> AgentContext:
     spec = load_task(repo, None, "t1")
     ws = Workspace(repo, tmp_path / "wts")
-    wt = ws.checkout(name, "main", writable_by_others=True)
+    wt = ws.agent_tree(name, "main")
     io = tmp_path / f"io-{name}"
     io.mkdir()
     md = write_task_md(spec, list(ledger), round=1, bk_sha="0" * 40)
+    (io / "TASK.md").write_text(md)
     return AgentContext(spec=spec, worktree=wt, round=1, candidate=1, bk_sha="0" * 40, task_md=md,
                         task_file=io / "TASK.md", io_dir=io, ledger=list(ledger), state=state or {}, timeout_s=60)
 
@@ -116,7 +117,8 @@ def test_presets_render():
     assert "--message-file /rsi/TASK.md" in render_command(PRESETS["aider"].command, model=None)
     assert render_command(PRESETS["codex"].command, model="o4", model_flag=PRESETS["codex"].model_flag).startswith("codex exec --full-auto --skip-git-repo-check -m o4")
     assert "-t \"$(cat /rsi/TASK.md)\"" in render_command(PRESETS["mini-swe-agent"].command, model=None)
-    spec = build_task(CONFIG.replace("{python}", "python"), "```toml\n[agent]\nkind = \"claude-code\"\n```", "t")
+    cfg = CONFIG.replace("{python}", "python").replace('kind = "tuner"\n', 'kind = "tuner"\nallowed_kinds = ["tuner", "claude-code"]\n')
+    spec = build_task(cfg, "```toml\n[agent]\nkind = \"claude-code\"\n```", "t")
     agent = make_agent(spec)
     assert isinstance(agent, CommandAgent) and agent.name == "claude-code"
 
@@ -141,9 +143,11 @@ def test_command_adapter_runs_stand_in_agent_in_container(repo: Path, tmp_path: 
     assert "read TASK.md" in out.log
     # the key reached the agent but never the log
     assert "sk-fake-0123456789" not in out.log and "key [REDACTED]" in out.log
-    assert "sk-fake" not in (ctx.io_dir / "agent.log").read_text()
-    diff = Workspace(repo, tmp_path / "wts").collect(ctx.worktree)
-    assert "+delay_ms = 16" in diff and ".git" not in diff.split("diff --git")[1].split("\n")[0].replace("a/app", "")
+    ws = Workspace(repo, tmp_path / "wts")
+    dest, export = ws.export_candidate(ctx.worktree, "taken")
+    taken = ws.commit_candidate(dest, "main", "rsi/t1/1", out.hypothesis)
+    assert export.problems() == [] and export.notes() == []
+    assert "+delay_ms = 16" in taken.diff and taken.diff.count("diff --git") == 1
 
 
 @pytest.mark.docker

@@ -8,13 +8,14 @@ real (in-process verification of one good and one bad patch)."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from harness.demo import PATCHES, prepare_target, run_demo
+from harness.demo import PATCHES, hidden_seed, prepare_target, run_demo
 from verifier.verdict import (
     Fingerprint,
     GuardResult,
@@ -93,15 +94,32 @@ def _console() -> tuple[Console, io.StringIO]:
 
 def test_prepare_target_is_a_fresh_repo_without_patches(tmp_path):
     target = tmp_path / "target"
-    sha = prepare_target(target, overrides={"verifier": {"initial_pairs": 4}})
+    sha = prepare_target(target, overrides={"verifier": {"initial_pairs": 6}})
     log = subprocess.run(["git", "log", "--format=%H %s"], cwd=target, check=False, capture_output=True, text=True).stdout
     assert log.split()[0] == sha and len(log.strip().splitlines()) == 1
     assert subprocess.run(["git", "status", "--porcelain"], cwd=target, check=False, capture_output=True, text=True).stdout == ""
     assert not list(target.rglob("*.patch")) and not list(target.rglob("__pycache__"))
     cfg = (target / ".rsi" / "config.toml").read_text()
-    assert "initial_pairs = 4" in cfg and cfg.startswith("# rsi demo: overridden settings: [verifier] initial_pairs=4")
+    assert "initial_pairs = 6" in cfg and cfg.startswith("# rsi demo: overridden settings: [verifier] initial_pairs=6")
     prepare_target(target)  # again: starts over
-    assert "initial_pairs = 8" in (target / ".rsi" / "config.toml").read_text()
+    assert "initial_pairs = 4" in (target / ".rsi" / "config.toml").read_text()
+
+
+def test_hidden_seed_is_drawn_once_kept_private_and_removed_after(tmp_path, monkeypatch):
+    monkeypatch.delenv("TTS_EVAL_SEED", raising=False)
+    with hidden_seed(tmp_path, "TTS_EVAL_SEED"):
+        first = os.environ["TTS_EVAL_SEED"]
+    assert "TTS_EVAL_SEED" not in os.environ and first.isdigit()
+    kept = tmp_path / "hidden-seed"
+    assert kept.read_text().strip() == first and kept.stat().st_mode & 0o777 == 0o600
+    with hidden_seed(tmp_path, "TTS_EVAL_SEED"):  # --resume: the same texts
+        assert os.environ["TTS_EVAL_SEED"] == first
+    monkeypatch.setenv("TTS_EVAL_SEED", "77")  # the runner's own secret wins
+    with hidden_seed(tmp_path, "TTS_EVAL_SEED"):
+        assert os.environ["TTS_EVAL_SEED"] == "77"
+    assert os.environ["TTS_EVAL_SEED"] == "77"
+    with hidden_seed(tmp_path / "none", None):  # no hidden seed declared: nothing to do
+        pass
 
 
 def test_demo_runs_tuner_then_replay_and_writes_reports(tmp_path):
@@ -114,10 +132,10 @@ def test_demo_runs_tuner_then_replay_and_writes_reports(tmp_path):
     assert hyps[0].startswith("tuner: set threads = 2") and hyps[1].startswith("tuner: set rope_variant = fused")
     assert hyps[2:] == [
         "speak 3 codec frames per word instead of 4",
-        "stats worker: block on the queue instead of spinning",
-        "compute the speaker embedding once, not per streamed chunk",
         "vocode each chunk in one call instead of one call per codec frame",
         "keep tensors between stages (no Python lists)",
+        "stats worker: block on the queue instead of spinning",
+        "compute the speaker embedding once, not per streamed chunk",
     ]
     assert [c.status for c in res.candidates] == ["rolled_back"] * 3 + ["kept"] * 4
     assert res.gain_ratio == pytest.approx(1.25 ** 4)
@@ -127,7 +145,7 @@ def test_demo_runs_tuner_then_replay_and_writes_reports(tmp_path):
     md = (tmp_path / "rsi-demo" / "report.md").read_text()
     assert md == res.report_md.read_text() and len(md) < 65_536
     assert "✅ **Accepted**" in md and "+144.1% vs B0 (2.44x)" in md
-    assert "B0 → Bk 2.44x (last kept: keep tensors between stages (no Python lists))" in md
+    assert "B0 → Bk 2.44x (last kept: compute the speaker embedding once, not per streamed chunk)" in md
     assert "<details><summary>Ledger (7 records) and fingerprint</summary>" in md
     assert "```mermaid" in md and 'x-axis ["B0", "#1", "#2", "#3", "#4", "#5", "#6", "#7"]' in md
     html = (tmp_path / "rsi-demo" / "report.html").read_text()

@@ -60,15 +60,16 @@ def test_replay_with_real_verifier_in_containers(tmp_path: Path):
 @pytest.mark.docker
 def test_candidate_cannot_touch_the_baselines_in_the_verifier_container(tmp_path: Path):
     """A candidate whose benchmark code tries to slow the baseline down by
-    editing its tree: the baselines are mounted read-only, so it cannot."""
+    editing its tree: each run is its own container with only its own
+    checkout, read-only, so it cannot."""
     repo = make_target(tmp_path, python=sys.executable)
     spec = load_task(repo, None, "evil")
     from harness.verification import SandboxVerifier
     from harness.workspace import Workspace
 
     ws = Workspace(repo, tmp_path / "wts")
-    bk = ws.checkout("bk", "main", writable_by_others=True)
-    cand = ws.checkout("cand", "main", writable_by_others=True)
+    bk = ws.export("bk", "main", for_sandbox=True)
+    cand = ws.export("cand", "main", for_sandbox=True)
     (cand / "app" / "core.py").write_text(
         (cand / "app" / "core.py").read_text()
         + f"\ntry:\n    open({str(bk / 'app' / 'settings.toml')!r}, 'w').write('delay_ms = 500\\n')\n"

@@ -63,8 +63,9 @@ def test_tuner_advance_run(repo: Path, tmp_path: Path):
     assert kinds.count("candidate") == 3 and kinds.count("round_started") == 4
     cand = [e for e in events if e.kind == "candidate"][0]
     assert cand.branch == "rsi/t/1" and cand.verdict.decision == "accept" and cand.record.id == "t/1"
-    # worktrees are cleaned up: only B0 and Bk remain
-    assert sorted(p.name for p in (tmp_path / "state" / "worktrees").iterdir()) == ["b0", "bk"]
+    # agent trees and verification exports are removed after each use; no git worktree was made
+    assert sorted(p.name for p in (tmp_path / "state" / "worktrees").iterdir()) == []
+    assert sh(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
 def test_next_task_reads_the_ledger_and_does_not_retry(repo: Path, tmp_path: Path):

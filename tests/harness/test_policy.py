@@ -32,7 +32,11 @@ POLICY = EditPolicy(editable=["app/**", "run.sh"], protected=["bench/**"], max_c
 
 
 def diff_of(repo: Path) -> str:
-    return Workspace(repo, repo.parent / "wt").collect(repo)
+    """The candidate's way: the edited tree exported as plain files, committed
+    in a private index, and the committed diff."""
+    ws = Workspace(repo, repo.parent / "wt")
+    dest, _ = ws.export_candidate(repo, "taken")
+    return ws.commit_candidate(dest, "main", "rsi/p/1", "policy test").diff
 
 
 def test_clean_edit_passes(repo: Path):

@@ -237,7 +237,7 @@ def test_mermaid_chart():
 
 def test_markdown_report_sections_in_order():
     md = render_markdown_report(make_verdict(), ledger=make_ledger(3), title="tiny-tts #2", marker="<!-- rsi:report -->")
-    assert md.startswith("<!-- rsi:report -->\n\n### tiny-tts #2\n\n✅ **Accepted**")
+    assert md.startswith("<!-- rsi:report -->\n\n### tiny-tts #\u20602\n\n✅ **Accepted**")
     order = ["comparing `", "| metric |", "**Tradeoffs**", "```mermaid", "<details><summary>Ledger (3 records) and fingerprint</summary>",
              "| # | round | agent |", "**Fingerprint**", "cpu_model: AMD EPYC 9654", f"sha.candidate: {SHAS['candidate']}", "</details>"]
     pos = [md.index(s) for s in order]
@@ -257,7 +257,7 @@ def test_agent_text_is_neutralized():
     recs[0]["hypothesis"] = "ping @octocat | <script>alert(1)</script>\nsecond line"
     md = render_markdown_report(make_verdict(), ledger=recs)
     row = next(line for line in md.splitlines() if line.startswith("| #1 |"))
-    assert "@\u200boctocat" in row and "@octocat" not in row
+    assert "@\u2060octocat" in row and "@octocat" not in row
     assert "<script>" not in md and "&lt;script" in row
     assert "\\|" in row and row.count(" | ") == 8  # the pipe is escaped: still 9 cells
 

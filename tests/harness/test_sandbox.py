@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from harness import sandbox
+from harness.egress import EGRESS_IMAGE, EgressInfo, host_pattern, tinyproxy_config
 from harness.sandbox import Mount, SandboxJob, container_kwargs, python_mounts
 from harness.spec import RunnerProfile
 
@@ -28,23 +33,58 @@ def test_kwargs_cpu_profile_is_locked_down():
     assert "device_requests" not in kw and "devices" not in kw
 
 
-def test_kwargs_network_only_when_asked():
-    kw = container_kwargs(SandboxJob(command=["true"], network=True), RunnerProfile())
-    assert kw["network_mode"] == "bridge"
+def test_kwargs_network_only_through_the_egress_proxy():
+    job = SandboxJob(command=["true"], network=True)
+    profile = RunnerProfile(allowed_hosts=["api.example.com"])
+    with pytest.raises(ValueError, match="only given through an egress proxy"):
+        container_kwargs(job, profile)
+    info = EgressInfo(network="rsi-egress-x", proxy_url="http://rsi-egress:8888")
+    kw = container_kwargs(job, profile, egress=info)
+    assert kw["network"] == "rsi-egress-x" and "network_mode" not in kw
+    env = kw["environment"]
+    assert env["HTTP_PROXY"] == env["HTTPS_PROXY"] == env["https_proxy"] == "http://rsi-egress:8888"
+    assert container_kwargs(SandboxJob(command=["true"]), profile, egress=info)["network_mode"] == "none"
+
+
+def test_profile_network_needs_hosts_and_accelerators_need_devices():
+    with pytest.raises(ValueError, match="network = true needs allowed_hosts"):
+        RunnerProfile(network=True)
+    assert RunnerProfile(allowed_hosts=["API.example.com"]).network is True
+    for bad in ("http://x.com", "10.0.0.1", "x.com:443", "localhost", "a/b.com"):
+        with pytest.raises(ValueError, match="write a DNS name"):
+            RunnerProfile(allowed_hosts=[bad])
+    with pytest.raises(ValueError, match="device = 'cuda' needs devices, the GPU ids"):
+        RunnerProfile(device="cuda")
+    with pytest.raises(ValueError, match="device = 'npu' needs devices"):
+        RunnerProfile(device="npu")
+    # a profile built around the validator still cannot get every GPU
+    sneaky = RunnerProfile.model_construct(device="cuda", devices=[], env={}, cpus=1.0,
+                                           memory="1g", pids=64, image="x")
+    with pytest.raises(ValueError, match="must name its devices"):
+        container_kwargs(SandboxJob(command=["true"]), sneaky)
+
+
+def test_tinyproxy_config_denies_by_default():
+    conf = tinyproxy_config(["api.example.com"], filter_path="/f")
+    assert "FilterDefaultDeny Yes" in conf and "FilterURLs Off" in conf
+    assert "ConnectPort 443" in conf and "ConnectPort 80" not in conf
+    assert host_pattern("api.example.com") == r"^api\.example\.com$"
+    rx = re.compile(host_pattern("*.example.com"))
+    assert rx.match("a.b.example.com") and not rx.match("example.com.evil.net")
+    assert not re.match(host_pattern("api.example.com"), "api.example.com.evil.net")
 
 
 def test_kwargs_cuda():
-    kw = container_kwargs(SandboxJob(command=["true"]), RunnerProfile(device="cuda"))
-    (req,) = kw["device_requests"]
-    assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]
     kw = container_kwargs(SandboxJob(command=["true"]), RunnerProfile(device="cuda", devices=["0", "3"]))
-    assert kw["device_requests"][0]["DeviceIDs"] == ["0", "3"]
+    (req,) = kw["device_requests"]
+    assert req["DeviceIDs"] == ["0", "3"] and req["Capabilities"] == [["gpu"]]
+    assert req.get("Count") in (None, 0)
 
 
 def test_kwargs_npu():
     kw = container_kwargs(
         SandboxJob(command=["true"]),
-        RunnerProfile(device="npu"),
+        RunnerProfile(device="npu", devices=["0", "1"]),
         npu_devices_present=["/dev/davinci0", "/dev/davinci1"],
         paths_present=["/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/bin/npu-smi"],
     )
@@ -181,3 +221,93 @@ def test_output_streams_line_by_line_redacted():
         on_output=lines.append,
     )
     assert res.ok and lines == ["one", "two [REDACTED]", "three"]
+
+
+# ------------------------------------------------ agent network: the egress proxy
+
+AGENT_PROBE = """
+import json, os, urllib.request, urllib.error, socket
+out = {}
+def get(url, proxy=True):
+    h = urllib.request.ProxyHandler() if proxy else urllib.request.ProxyHandler({})
+    try:
+        with urllib.request.build_opener(h).open(url, timeout=10) as r:
+            return r.status, r.read().decode()[:40]
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except Exception as e:
+        return "error", type(e).__name__
+out["allowed"] = get("http://model-api.test:8080/hello.txt")
+out["off_list"] = get("http://other-api.test:8080/hello.txt")
+out["metadata"] = get("http://169.254.169.254/latest/meta-data/")
+out["direct"] = get("http://model-api.test:8080/hello.txt", proxy=False)
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=3); out["raw"] = "connected"
+except OSError as e:
+    out["raw"] = "blocked"
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture
+def model_api(tmp_path):
+    """A small HTTP server, the "model API", on an internal network of its own,
+    reachable as model-api.test and as other-api.test (the same server: only the
+    proxy's list tells them apart)."""
+    import docker
+
+    if subprocess.run(["docker", "image", "inspect", EGRESS_IMAGE], capture_output=True).returncode:
+        pytest.fail(f"{EGRESS_IMAGE} missing: run scripts/setup-docker.sh") \
+            if os.environ.get("RSI_REQUIRE_DOCKER") else pytest.skip(f"{EGRESS_IMAGE} missing")
+    client = docker.from_env()
+    tag = uuid.uuid4().hex[:8]
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "hello.txt").write_text("hello from the model api")
+    os.chmod(tmp_path, 0o755)
+    net = client.networks.create(f"rsi-test-api-{tag}", driver="bridge", internal=True)
+    server = None
+    try:
+        mounts = {m.source: {"bind": m.target, "mode": "ro"} for m in python_mounts()}
+        mounts[str(www)] = {"bind": "/srv", "mode": "ro"}
+        server = client.containers.create(
+            "rsi-bot/base:bookworm", [PY, "-m", "http.server", "8080", "-d", "/srv"],
+            name=f"rsi-test-api-{tag}", user="1000:1000", volumes=mounts, detach=True,
+            network=net.name)
+        net.disconnect(server)
+        net.connect(server, aliases=["model-api.test", "other-api.test"])
+        server.start()
+        yield net.name
+    finally:
+        if server is not None:
+            server.remove(force=True)
+        net.remove()
+
+
+@pytest.mark.docker
+def test_agent_reaches_only_its_allowed_hosts(model_api):
+    import json
+
+    profile = RunnerProfile(allowed_hosts=["model-api.test"])
+    res = sandbox.run(py_job(AGENT_PROBE, network=True, timeout_s=120), profile,
+                      upstream_networks=[model_api])
+    assert res.ok, res
+    line = next(x for x in res.output.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    assert out["allowed"] == [200, "hello from the model api"], out
+    assert out["off_list"][0] == 403, out  # the proxy's filter refused it
+    assert out["metadata"][0] == 403, out  # link-local metadata: refused too
+    assert out["direct"][0] == "error", out  # no route around the proxy
+    assert out["raw"] == "blocked", out
+    # nothing is left behind: no proxy container, no egress network
+    import docker
+
+    client = docker.from_env()
+    assert not client.containers.list(all=True, filters={"label": "rsi-bot.egress"})
+    assert not client.networks.list(filters={"label": "rsi-bot.egress"})
+
+
+@pytest.mark.docker
+def test_network_job_without_hosts_is_an_error_not_a_bridge():
+    res = sandbox.run(py_job("print('ran')", network=True), RunnerProfile())
+    assert not res.ok and "at least one allowed host" in (res.error or ""), res

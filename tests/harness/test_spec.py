@@ -148,7 +148,7 @@ command = "rm -rf /"
     text = "\n".join(errs)
     assert "proposal [benchmarks]: not allowed in a proposal" in text
     assert "proposal [hidden]: not allowed in a proposal" in text
-    assert "max_changed_lines: 5000 would loosen the repo's cap of 50" in text
+    assert "max_changed_lines = 5000 is outside 1..50: the repo's cap is 50" in text
     assert "proposal [agent] command: a proposal may only set" in text
     assert "unknown metric 'p99'; benchmark 'speed' declares:" in text
     assert "latency_p95_s" in text  # the message lists what is declared
@@ -158,8 +158,8 @@ command = "rm -rf /"
 def test_required_guard_cannot_be_loosened():
     errs = errors_of(REPO_CONFIG, "### Guards\n\nlatency_p95_s <= 2x\n")
     assert errs == [
-        "proposal guard 1 (latency_p95_s): raises max_ratio from 1.5 to 2.0, but the repo config "
-        "requires this guard; a proposal may only tighten it"
+        "proposal guard 1 (latency_p95_s): raises max_ratio from 1.5 to 2.0; the repo config's "
+        "guard says max_ratio = 1.5, and a proposal may only tighten it"
     ]
 
 
@@ -243,3 +243,146 @@ def test_spec_check_cli(tmp_path: Path):
     r = runner.invoke(app, ["spec", "check", str(bad), "--repo", str(repo)])
     assert r.exit_code == 1
     assert "objective: unknown metric 'p99'; benchmark 'speed' declares:" in r.output
+
+
+# ------------------------------------------------ proposals only tighten (issue 9)
+
+LOOSER = REPO_CONFIG + """
+[[guards]]
+metric = "wall_s"
+max_ratio = 1.2
+
+[[quality]]
+kind = "wer"
+output = "transcripts"
+max = 0.05
+max_delta = 0.01
+"""
+
+
+def toml_proposal(block: str) -> str:
+    return f"Try it.\n\n```toml\n{block}\n```\n"
+
+
+@pytest.mark.parametrize("block, expect", [
+    # turning off the default guards, or other strict switches
+    ("[verifier]\ndefault_guards = false", "[verifier] default_guards: a proposal may only set it to true"),
+    ("[verifier]\ncross_check = false", "[verifier] cross_check: a proposal may only set it to true"),
+    # alpha up to 0.49 (the repo says 0.05), or as a string
+    ("[verifier]\nalpha = 0.49", "[verifier] alpha = 0.49 would loosen the repo's 0.05"),
+    ("[verifier]\nalpha = '0.01'", "[verifier] alpha: must be a number, not str"),
+    ("[verifier]\nalpha = true", "[verifier] alpha: must be a number, not bool"),
+    # pair counts and bootstrap: fewer, or unbounded
+    ("[verifier]\nmax_pairs = 4", "[verifier] max_pairs = 4 would loosen the repo's 8"),
+    ("[verifier]\nmax_pairs = 100000", "[verifier] max_pairs = 100000 is above the highest allowed, 200"),
+    ("[verifier]\nbootstrap = 100000000", "[verifier] bootstrap = 100000000 is above the highest allowed"),
+    ("[verifier]\ninitial_pairs = 6.5", "[verifier] initial_pairs: must be a whole number"),
+    ("[verifier]\nlevel = 0.5", "[verifier] level = 0.5 would loosen the repo's 0.95"),
+    ("[verifier]\nseed = 7", "[verifier] seed: not settable by a proposal"),
+    # quality guards: WER max 1.0, output length +-10000 %
+    ("[[quality]]\nkind = 'wer'\noutput = 'transcripts'\nmax = 1.0\nmax_delta = 0.01",
+     "raises max from 0.05 to 1.0"),
+    ("[[quality]]\nkind = 'wer'\noutput = 'transcripts'\nmax = 0.01",
+     "drops its max_delta = 0.01"),
+    ("[[quality]]\nkind = 'output_length'\noutput = 'transcripts'\nmax_change = 100.0",
+     "raises max_change from 0.05 to 100.0"),
+    ("[[quality]]\nkind = 'output_length'\noutput = 'audio'\nmax_change = 100.0",
+     "max_change = 100.0 is above the highest allowed, 0.5"),
+    # replacing a guard that is not required, a default guard
+    ("[[guards]]\nmetric = 'wall_s'\nmax_ratio = 9.0", "raises max_ratio from 1.2 to 9.0"),
+    ("[[guards]]\nmetric = 'peak_rss_mib'\nmax_ratio = 50.0",
+     "the verifier's default guard says max_ratio = 1.02"),
+    ("[[guards]]\nmetric = 'wall_s'\nmax_ratio = '1.1'", "max_ratio must be a number, not str"),
+    ("[[guards]]\nmetric = 'latency_p95_s'\nmax_ratio = 1.1\nrequired = false",
+     "a proposal may only set required = true"),
+    # max_changed_lines as a float, a string, too high
+    ("[policy]\nmax_changed_lines = 40.5", "max_changed_lines must be a whole number"),
+    ("[policy]\nmax_changed_lines = '10'", "max_changed_lines must be a number, not str"),
+    ("[policy]\nmax_changed_lines = 0", "max_changed_lines = 0 is outside 1..50"),
+    ("[policy]\neditable = 'x' \nprotected = [1]", "[policy] protected: must be a list of path globs"),
+    # timeouts and rounds unbounded
+    ("[agent]\nround_timeout_s = 1e9", "[agent] round_timeout_s = 1000000000.0 is outside 1..60"),
+    ("[agent]\nrounds = 100000", "[agent] rounds = 100000 is outside 1..50"),
+    ("[agent]\nmax_straight_rejections = 99", "max_straight_rejections = 99 is outside 1..3"),
+    # min_gain lowered
+    ("[objective]\nmin_gain = 0.0", "min_gain = 0.0 is outside 0.1..10"),
+    # agent kind that gets an API key; any declared runner profile
+    ("[agent]\nkind = 'claude-code'", "[agent] kind = 'claude-code': the repo config allows 'tuner', 'replay'"),
+])
+def test_proposals_only_tighten(block, expect):
+    errs = errors_of(LOOSER, toml_proposal(block))
+    assert any(expect in e for e in errs), errs
+
+
+def test_runner_profile_only_from_the_allowed_list():
+    cfg = REPO_CONFIG + """
+[runner]
+profile = "cpu"
+allowed_profiles = ["cpu", "big"]
+
+[runner.profiles.cpu]
+cpus = 1
+
+[runner.profiles.big]
+cpus = 4
+
+[runner.profiles.gpu]
+device = "cuda"
+devices = ["0"]
+"""
+    errs = errors_of(cfg, toml_proposal("[runner]\nprofile = 'gpu'"))
+    assert errs == ["proposal [runner] profile = 'gpu': the repo config allows 'cpu', 'big'; add "
+                    "it to [runner] allowed_profiles in .rsi/config.toml to allow it"]
+    assert build_task(cfg, toml_proposal("[runner]\nprofile = 'big'"), "t").runner.profile == "big"
+
+
+def test_agent_kind_from_allowed_kinds():
+    cfg = REPO_CONFIG.replace('kind = "tuner"', 'kind = "tuner"\nallowed_kinds = ["tuner", "aider"]')
+    assert build_task(cfg, toml_proposal("[agent]\nkind = 'aider'"), "t").agent.kind == "aider"
+    errs = errors_of(cfg, toml_proposal("[agent]\nkind = 'replay'"))
+    assert "the repo config allows 'tuner', 'aider'" in errs[0]
+
+
+def test_tighter_proposals_pass():
+    body = toml_proposal("""
+[verifier]
+alpha = 0.01
+max_pairs = 20
+default_guards = true
+
+[objective]
+min_gain = 0.2
+
+[[guards]]
+metric = "wall_s"
+max_ratio = 1.1
+
+[[guards]]
+metric = "peak_rss_mib"
+max_ratio = 1.01
+
+[[quality]]
+kind = "wer"
+output = "transcripts"
+max = 0.02
+max_delta = 0.005
+
+[policy]
+max_changed_lines = 10
+
+[agent]
+rounds = 2
+round_timeout_s = 30
+""")
+    spec = build_task(LOOSER, body, "t")
+    assert spec.verify.verifier.alpha == 0.01 and spec.verify.verifier.max_pairs == 20
+    assert spec.policy.max_changed_lines == 10 and spec.agent.rounds == 2
+    assert {g.metric: g.max_ratio for g in spec.verify.guards}["wall_s"] == 1.1
+    wer = next(q for q in spec.verify.quality if q.kind == "wer")
+    assert (wer.max, wer.max_delta) == (0.02, 0.005)
+
+
+def test_every_refusal_is_collected():
+    body = toml_proposal("[verifier]\nalpha = 0.4\nmax_pairs = 2\n\n[policy]\nmax_changed_lines = 1e3")
+    errs = errors_of(LOOSER, body)
+    assert len([e for e in errs if e.startswith("proposal")]) == 3, errs

@@ -24,8 +24,8 @@ def test_b0_arm_and_quality_guards(checkout):
         base, checkout("cand", work=int(BASE_WORK * 0.6)), _cfg(extra), b0=b0, calibration=cal
     )
     assert v.decision == "accept", v.reason
-    # a (made-up) very noisy calibration widens the margin, refined by the verification's own pairs
-    assert cal.noise_margin > v.objective.noise_margin > 0.01
+    # the calibration's margin (bias only) bounds the verification's
+    assert 0 <= v.objective.noise_margin <= cal.noise_margin + 1e-12
     assert not any("no calibration" in w for w in v.warnings)
     assert {g.against for g in v.guards if g.kind == "wer"} == {"bk", "b0"}
     assert v.objective.gain_vs_b0 is not None and v.objective.gain_vs_b0 > v.objective.gain

@@ -25,7 +25,8 @@ def test_good_run_measures_wall_startup_and_rss(checkout):
     assert rec.result.metrics["loop_cpu_s"] > 0
     assert 0 < rec.startup_s < rec.wall_s
     assert rec.peak_rss_mib > 1
-    assert set(rec.measured()) == {"wall_s", "peak_rss_mib", "startup_s"}
+    assert set(rec.measured()) == {"wall_s", "peak_rss_mib", "startup_s", "cpu_s"}
+    assert 0 < rec.cpu_s < rec.wall_s * 4
 
 
 def test_peak_rss_covers_the_process_tree(tmp_path):

@@ -1,6 +1,11 @@
 """The networks: text encoder (RoPE attention), speaker encoder, autoregressive
 codec-token decoder and a frame-wise vocoder. Weights are random but seeded, so
-every run of the benchmark synthesizes the same tokens and the same audio.
+every run of the server synthesizes the same tokens and the same audio.
+
+The vocoder renders every codec token as a token-specific pair of tones
+(:func:`tone_pair`, DTMF-like) under a quieter texture from its network: the
+audio itself carries the words, so a listener (rsi-bot's protected evaluator
+in ``bench/evaluate.py``) recognises them from the waveform alone.
 
 The decoder is steered by a monotonic alignment (each word is spoken for
 ``FRAMES_PER_WORD`` frames), as in duration-guided TTS models: the random
@@ -24,6 +29,9 @@ HEAD_DIM = D_MODEL // N_HEADS
 SAMPLE_RATE = 16_000
 HOP = 320  # samples per codec frame (50 frames per second)
 ALIGN_BIAS = 12.0  # logit bonus of the aligned token; random logits have std ~1
+TONE_LOW_HZ, TONE_HIGH_HZ, TONE_STEP_HZ = 400.0, 2400.0, 100.0  # 16 low and 16 high tones
+TONE_AMPLITUDE = 0.3  # per tone
+TEXTURE_AMPLITUDE = 0.06  # RMS of the vocoder network's part of a frame (tones: 0.3)
 
 
 def rope_tables(seq_len: int, dim: int, base: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,9 +121,32 @@ class CodecDecoder(nn.Module):
         return int(torch.argmax(logits)), state
 
 
+def tone_pair(code: int) -> tuple[float, float]:
+    """The two frequencies (Hz) that carry codec token ``code``: a low tone
+    from its row (``code // 16``) and a high tone from its column
+    (``code % 16``), DTMF-style. Every frequency is a multiple of 50 Hz, so a
+    20 ms frame holds whole periods and a listener can tell the token from one
+    frame's spectrum."""
+    return TONE_LOW_HZ + TONE_STEP_HZ * (code // 16), TONE_HIGH_HZ + TONE_STEP_HZ * (code % 16)
+
+
+def tone_table() -> torch.Tensor:
+    """[CODEBOOK, HOP]: the tone pair of every codec token over one frame."""
+    t = torch.arange(HOP, dtype=torch.float64) / SAMPLE_RATE
+    rows = []
+    for code in range(CODEBOOK):
+        lo, hi = tone_pair(code)
+        rows.append(TONE_AMPLITUDE * (torch.sin(2 * math.pi * lo * t) + torch.sin(2 * math.pi * hi * t)))
+    return torch.stack(rows).float()
+
+
 class Vocoder(nn.Module):
     """Codec frames -> waveform, frame by frame (no overlap between frames):
-    [N] token ids -> [N, HOP] samples."""
+    [N] token ids -> [N, HOP] samples.
+
+    Each frame is the token's tone pair (what makes the words audible) plus a
+    speaker-conditioned texture from a small upsampling network, quieter than
+    the tones."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,12 +159,16 @@ class Vocoder(nn.Module):
                     nn.Conv1d(cout, cout, 1), nn.GELU()]
         self.ups = nn.Sequential(*ups)
         self.out = nn.Conv1d(16, 1, 1)
+        self.register_buffer("tones", tone_table(), persistent=False)
 
     def forward(self, codes: torch.Tensor, spk: torch.Tensor) -> torch.Tensor:
         scale, shift = self.film(spk).chunk(2, dim=-1)
         h = self.embed(codes) * (1 + scale) + shift
         h = self.inp(h).view(-1, 256, 1)
-        return torch.tanh(self.out(self.ups(h))).view(codes.shape[0], HOP)
+        texture = self.out(self.ups(h)).view(codes.shape[0], HOP)
+        texture = texture - texture.mean(-1, keepdim=True)
+        texture = texture / (texture.pow(2).mean(-1, keepdim=True).sqrt() + 1e-6)  # unit RMS per frame
+        return self.tones[codes] + TEXTURE_AMPLITUDE * texture
 
 
 class TinyTTS(nn.Module):
@@ -163,4 +198,4 @@ def reference_audio(seed: int = 0, seconds: float = 3.0) -> torch.Tensor:
     return 0.3 * wav + 0.02 * torch.randn(t.shape, generator=g)
 
 
-__all__ = ["FRAMES_PER_WORD", "HOP", "SAMPLE_RATE", "TinyTTS", "build", "reference_audio"]
+__all__ = ["FRAMES_PER_WORD", "HOP", "SAMPLE_RATE", "TinyTTS", "build", "reference_audio", "tone_pair"]

@@ -1,15 +1,21 @@
-"""The streaming server: text in, audio chunks out.
+"""The synthesis engine: text in, audio chunks out (``tiny_tts.server`` serves
+it over HTTP).
 
 Per request: encode the text, then decode codec tokens autoregressively and
 vocode them chunk by chunk, so that the first audio leaves before the whole
-utterance is decoded. A background worker collects per-chunk statistics.
+utterance is decoded. Each chunk's audio is 16-bit little-endian PCM at 16 kHz.
+A background worker collects per-chunk statistics. Requests may run in
+several threads at once: per-request state lives in ``synthesize``.
 """
 
 from __future__ import annotations
 
+import itertools
 import queue
+import sys
 import threading
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -27,7 +33,11 @@ OUTPUT_GAIN = 0.9
 @dataclass
 class Chunk:
     codes: list[int]
-    audio: object  # 1-D samples: a list of floats or a tensor (anything with len())
+    pcm: bytes  # 16-bit little-endian samples, len(codes) * HOP of them
+
+    @property
+    def samples(self) -> int:
+        return len(self.pcm) // 2
 
 
 @dataclass
@@ -43,6 +53,14 @@ def postprocess(samples: list[float], gain: float = OUTPUT_GAIN) -> list[float]:
     return [max(-1.0, min(1.0, s * gain)) for s in samples]
 
 
+def pcm16(samples: list[float]) -> bytes:
+    """Samples in [-1, 1] -> 16-bit little-endian PCM."""
+    out = array("h", [round(s * 32767) for s in samples])
+    if sys.byteorder != "little":  # pragma: no cover - every host we run on is little-endian
+        out.byteswap()
+    return out.tobytes()
+
+
 class TTSServer:
     def __init__(self, model: TinyTTS, reference: torch.Tensor, settings: Settings = SETTINGS) -> None:
         torch.set_num_threads(max(1, int(settings.threads)))
@@ -54,7 +72,7 @@ class TTSServer:
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._stats_loop, name="tts-stats", daemon=True)
         self._worker.start()
-        self._next_id = 0
+        self._ids = itertools.count()  # request ids (next() is atomic: safe across threads)
 
     # -- background statistics -------------------------------------------------
     def _stats_loop(self) -> None:
@@ -83,7 +101,7 @@ class TTSServer:
     @torch.inference_mode()
     def synthesize(self, text: str) -> Iterator[Chunk]:
         """Stream the utterance as chunks of codec tokens and audio."""
-        rid, self._next_id = self._next_id, self._next_id + 1
+        rid = next(self._ids)
         ids = encode(text)
         memory = self.model.encoder(torch.tensor([ids]))[0].tolist()  # rows for the decoder stage
         targets = alignment(ids)
@@ -93,9 +111,9 @@ class TTSServer:
         for start in range(0, len(targets), CHUNK_FRAMES):
             spk = self._speaker_embedding()
             codes, prev, state = self._decode(targets[start:start + CHUNK_FRAMES], prev, state, memory, spk)
-            audio = self._finish(self._vocode(codes, spk))
-            self._events.put((rid, len(codes), len(audio)))
-            yield Chunk(codes=codes, audio=audio)
+            pcm = self._finish(self._vocode(codes, spk))
+            self._events.put((rid, len(codes), len(pcm) // 2))
+            yield Chunk(codes=codes, pcm=pcm)
 
     def _speaker_embedding(self) -> torch.Tensor:
         """The speaker embedding of the reference clip."""
@@ -114,9 +132,9 @@ class TTSServer:
         frames = [self.model.vocoder(torch.tensor([code]), spk) for code in codes]
         return torch.cat(frames).view(-1)
 
-    def _finish(self, audio: torch.Tensor):
-        """Output stage: gain and clipping."""
-        return postprocess(audio.tolist())
+    def _finish(self, audio: torch.Tensor) -> bytes:
+        """Output stage: gain, clipping, 16-bit PCM."""
+        return pcm16(postprocess(audio.tolist()))
 
 
 def alignment(ids: list[int]) -> list[int]:

@@ -2,9 +2,10 @@
 mapping between words and codec tokens.
 
 Every word owns ``FRAMES_PER_WORD`` consecutive codec tokens: word ``w`` is
-spoken as tokens ``w*F, w*F+1, ..., w*F+F-1``. The tiny "recognizer"
-(:func:`transcribe`) turns a codec-token stream back into words, which is what
-the benchmark reports as transcripts for the WER guard.
+spoken as tokens ``w*F, w*F+1, ..., w*F+F-1``. :func:`transcribe` turns a
+codec-token stream back into words (a debugging aid: the benchmark's
+transcripts come from the protected evaluator, which hears the words in the
+audio, never from tokens the server reports).
 """
 
 from __future__ import annotations

@@ -1,0 +1,174 @@
+"""tiny-tts load generator (protected): concurrent streaming requests to the
+candidate's server, timed from outside the candidate's process.
+
+::
+
+    python bench/client.py [--url $RSI_SERVER_URL] [--requests 24] [--concurrency 2]
+                           [--seed $RSI_SEED] [--out-dir $RSI_OUTPUT_DIR] [--result $RSI_RESULT]
+
+Request texts are drawn from ``bench/vocab.py`` with the seed (``$RSI_SEED``:
+the verifier's hidden seed; the server never sees it). ``--concurrency``
+requests are in flight at a time; each streams its audio back (chunked
+16-bit PCM, see ``tiny_tts/server.py``) and is saved as
+``$RSI_OUTPUT_DIR/req-NNN.wav`` (an empty WAV for a failed request, so the
+files stay in request order). The result (rsi benchmark protocol) goes to
+``$RSI_RESULT`` (stdout when unset):
+
+    metrics   throughput (completed requests per second over the timed window:
+              from the first request sent to the last response finished),
+              audio_seconds, rtf (window seconds per audio second)
+    samples   latency_s and ttfa_s (time to the first audio byte), per request
+              (the verifier derives latency_p50_s ... ttfa_p99_s from them)
+    outputs   references (the texts sent), audio_samples (samples received per
+              request), audio_files (the WAV names, in request order)
+    counts    requests, failed
+
+A request fails on a connection error, a status other than 200, a sample rate
+other than the vocabulary's, an odd number of bytes, a response cut short, or
+no audio; failures are counted and never hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import sys
+import time
+import wave
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import vocab  # noqa: E402 - bench/vocab.py, next to this file
+
+READ_SIZE = 64 * 1024
+MAX_AUDIO_BYTES = 32 * 1024 * 1024  # per response: ~17 minutes of audio
+
+
+@dataclass
+class Response:
+    text: str
+    ok: bool = False
+    error: str = ""
+    ttfa_s: float = 0.0
+    latency_s: float = 0.0
+    pcm: bytearray = field(default_factory=bytearray)
+
+
+def _env_int(*names: str, default: int) -> int:
+    for name in names:
+        if os.environ.get(name, "").strip():
+            return int(os.environ[name])
+    return default
+
+
+def request(url: str, text: str, timeout_s: float) -> Response:
+    """One streaming synthesis request, timed from the send to the last byte."""
+    parts = urlsplit(url)
+    res = Response(text=text)
+    body = json.dumps({"text": text}).encode()
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
+    t0 = time.perf_counter()
+    try:
+        conn.request("POST", (parts.path.rstrip("/") or "") + "/synthesize", body=body,
+                     headers={"Content-Type": "application/json", "Connection": "close"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            res.error = f"HTTP {resp.status}: {resp.read(500).decode(errors='replace')}"
+            return res
+        rate = resp.getheader("X-Sample-Rate", "")
+        if rate != str(vocab.SAMPLE_RATE):
+            res.error = f"sample rate {rate!r}, expected {vocab.SAMPLE_RATE}"
+            return res
+        while True:
+            data = resp.read1(READ_SIZE)
+            if not data:
+                break
+            if not res.pcm:
+                res.ttfa_s = time.perf_counter() - t0
+            res.pcm += data
+            if len(res.pcm) > MAX_AUDIO_BYTES:
+                res.error = f"more than {MAX_AUDIO_BYTES} bytes of audio"
+                return res
+        res.latency_s = time.perf_counter() - t0
+    except (OSError, http.client.HTTPException) as e:  # IncompleteRead: the stream was cut short
+        res.error = f"{type(e).__name__}: {e}"
+        return res
+    finally:
+        conn.close()
+    if not res.pcm or len(res.pcm) % 2:
+        res.error = f"{len(res.pcm)} bytes of audio (expected a positive, even number)"
+        return res
+    res.ok = True
+    return res
+
+
+def write_wav(path: Path, pcm: bytes) -> None:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(vocab.SAMPLE_RATE)
+        w.writeframes(pcm)
+
+
+def run(url: str, texts: list[str], concurrency: int, out_dir: Path | None, timeout_s: float) -> dict:
+    t_start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        responses = list(pool.map(lambda t: request(url, t, timeout_s), texts))
+    window = time.perf_counter() - t_start
+    ok = [r for r in responses if r.ok]
+    for r in responses:
+        if not r.ok:
+            print(f"client: request failed ({r.text!r}): {r.error}", file=sys.stderr)
+    names = [f"req-{i:03d}.wav" for i in range(len(texts))]
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, r in zip(names, responses, strict=True):
+            write_wav(out_dir / name, bytes(r.pcm) if r.ok else b"")
+    samples = [len(r.pcm) // 2 if r.ok else 0 for r in responses]
+    audio_s = sum(samples) / vocab.SAMPLE_RATE
+    latencies = [r.latency_s for r in ok] or [window]
+    ttfas = [r.ttfa_s for r in ok] or [window]
+    return {
+        "metrics": {
+            "throughput": len(ok) / window if window > 0 else 0.0,
+            "audio_seconds": audio_s,
+            "rtf": window / audio_s if audio_s else 0.0,
+        },
+        "samples": {"latency_s": latencies, "ttfa_s": ttfas},
+        "outputs": {"references": texts, "audio_samples": samples, "audio_files": names},
+        "counts": {"requests": len(texts), "failed": len(texts) - len(ok)},
+        "meta": {"window_s": window, "concurrency": concurrency,
+                 "errors": [r.error for r in responses if not r.ok][:10]},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default=os.environ.get("RSI_SERVER_URL", "http://127.0.0.1:8000"))
+    p.add_argument("--requests", type=int, default=_env_int("RSI_SETTING_REQUESTS", default=24))
+    p.add_argument("--concurrency", type=int, default=_env_int("RSI_SETTING_CONCURRENCY", default=2))
+    p.add_argument("--seed", type=int, default=_env_int("RSI_SEED", "RSI_SETTING_SEED", default=0))
+    p.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
+    p.add_argument("--out-dir", default=os.environ.get("RSI_OUTPUT_DIR", ""))
+    p.add_argument("--result", default=os.environ.get("RSI_RESULT", ""))
+    args = p.parse_args(argv)
+    if args.requests < 1:
+        p.error("--requests must be at least 1")
+    texts = vocab.prompts(args.requests, args.seed)
+    result = run(args.url, texts, args.concurrency, Path(args.out_dir) if args.out_dir else None, args.timeout)
+    text = json.dumps(result, indent=1)
+    if args.result:
+        Path(args.result).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

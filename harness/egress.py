@@ -1,0 +1,185 @@
+"""The agent's only way out: an egress proxy that reaches the allowed hosts only.
+
+An agent container has no network unless its runner profile names the hosts
+it may reach (``allowed_hosts``, e.g. its model API). Then :class:`Egress`
+sets up, for that one run:
+
+* an ``--internal`` docker network (no gateway: nothing on it is routable
+  beyond its members, link-local metadata addresses included);
+* a tinyproxy container (Debian's package, in ``rsi-bot/egress:bookworm``,
+  built by ``scripts/setup-docker.sh``) on that network and on the upstream
+  network(s) (the default bridge unless told otherwise), with a filter that
+  denies every host except the allowed ones (``FilterDefaultDeny``), CONNECT
+  only to port 443;
+* for the agent: the internal network's name and ``HTTP(S)_PROXY`` pointing at
+  the proxy (:class:`EgressInfo`, consumed by ``sandbox.container_kwargs``).
+
+Everything is removed when the run ends. :func:`tinyproxy_config` and
+:func:`host_pattern` are pure (tested on their text).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+EGRESS_IMAGE = os.environ.get("RSI_EGRESS_IMAGE", "rsi-bot/egress:bookworm")
+PROXY_PORT = 8888
+PROXY_ALIAS = "rsi-egress"
+LABEL = "rsi-bot.egress"
+_HOST_RX = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+class EgressError(RuntimeError):
+    """The proxy could not be set up (image missing, engine error)."""
+
+
+@dataclass(frozen=True)
+class EgressInfo:
+    network: str
+    """The internal network the agent container joins (and nothing else)."""
+    proxy_url: str
+    """``http://rsi-egress:8888``: what HTTP(S)_PROXY says."""
+
+    def environment(self) -> dict[str, str]:
+        env = {}
+        for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            env[k] = self.proxy_url
+        env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1"
+        return env
+
+
+def check_hosts(hosts: Iterable[str]) -> list[str]:
+    """The allowed hosts, lower-cased; ``ValueError`` naming a bad one. A host is a
+    DNS name (``api.example.com``) or a wildcard over its subdomains
+    (``*.example.com``); no IP addresses, ports, schemes or paths."""
+    out = []
+    for h in hosts:
+        name = str(h).strip().lower().rstrip(".")
+        if not _HOST_RX.fullmatch(name) or re.fullmatch(r"[0-9.]+", name) or "." not in name:
+            raise ValueError(
+                f"allowed host {h!r}: write a DNS name such as 'api.openai.com' or "
+                "'*.example.com' (no scheme, port, path or IP address)")
+        out.append(name)
+    return out
+
+
+def host_pattern(host: str) -> str:
+    """The extended regular expression tinyproxy's filter matches the host with."""
+    if host.startswith("*."):
+        return r"^([a-z0-9-]+\.)+" + re.escape(host[2:]).replace(r"\-", "-") + "$"
+    return "^" + re.escape(host).replace(r"\-", "-") + "$"
+
+
+def tinyproxy_config(hosts: Sequence[str], *, filter_path: str, port: int = PROXY_PORT) -> str:
+    """tinyproxy.conf for a proxy that reaches ``hosts`` only."""
+    if not hosts:
+        raise ValueError("an egress proxy needs at least one allowed host")
+    return "\n".join([
+        f"Port {port}",
+        "Listen 0.0.0.0",
+        "Timeout 600",
+        "MaxClients 64",
+        "LogLevel Info",
+        "DisableViaHeader Yes",
+        f'Filter "{filter_path}"',
+        "FilterType ere",
+        "FilterURLs Off",
+        "FilterDefaultDeny Yes",
+        "ConnectPort 443",
+        "",
+    ])
+
+
+class Egress:
+    """``with Egress(hosts) as info:`` the internal network and its proxy, for one run."""
+
+    def __init__(self, hosts: Sequence[str], *, client=None,
+                 upstream_networks: Sequence[str] = ("bridge",), image: str = EGRESS_IMAGE,
+                 ready_timeout_s: float = 20.0):
+        self.hosts = check_hosts(hosts)
+        if not self.hosts:
+            raise ValueError("an egress proxy needs at least one allowed host")
+        self.client = client
+        self.upstream = list(upstream_networks)
+        self.image = image
+        self.ready_timeout_s = ready_timeout_s
+        self.network = None
+        self.container = None
+        self.confdir: str | None = None
+
+    def __enter__(self) -> EgressInfo:
+        try:
+            return self._start()
+        except Exception as exc:
+            self.close()
+            raise EgressError(f"could not start the egress proxy: {exc}") from exc
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> EgressInfo:
+        if self.client is None:
+            from harness.sandbox import docker_client
+
+            self.client = docker_client()
+        tag = uuid.uuid4().hex[:12]
+        self.confdir = tempfile.mkdtemp(prefix="rsi-egress-")
+        os.chmod(self.confdir, 0o755)
+        with open(os.path.join(self.confdir, "filter"), "w") as fh:
+            fh.write("\n".join(host_pattern(h) for h in self.hosts) + "\n")
+        with open(os.path.join(self.confdir, "tinyproxy.conf"), "w") as fh:
+            fh.write(tinyproxy_config(self.hosts, filter_path="/etc/rsi-egress/filter"))
+        for name in ("filter", "tinyproxy.conf"):
+            os.chmod(os.path.join(self.confdir, name), 0o644)
+        self.network = self.client.networks.create(f"rsi-egress-{tag}", driver="bridge",
+                                                   internal=True, labels={LABEL: "1"})
+        self.container = self.client.containers.create(
+            self.image, ["tinyproxy", "-d", "-c", "/etc/rsi-egress/tinyproxy.conf"],
+            name=f"rsi-egress-{tag}", user="65534:65534", cap_drop=["ALL"],
+            security_opt=["no-new-privileges"], read_only=True,
+            tmpfs={"/tmp": "rw,size=16m", "/run": "rw,size=1m"}, mem_limit=128 * 1024**2,
+            pids_limit=64, network=self.upstream[0], labels={LABEL: "1"}, detach=True,
+            volumes={self.confdir: {"bind": "/etc/rsi-egress", "mode": "ro"}})
+        for extra in self.upstream[1:]:
+            self.client.networks.get(extra).connect(self.container)
+        self.network.connect(self.container, aliases=[PROXY_ALIAS])
+        self.container.start()
+        self._wait_ready()
+        return EgressInfo(network=self.network.name,
+                          proxy_url=f"http://{PROXY_ALIAS}:{PROXY_PORT}")
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            self.container.reload()
+            if self.container.status not in ("created", "running"):
+                raise EgressError(f"tinyproxy exited: {self.container.logs()[-2000:]!r}")
+            if b"listening on" in self.container.logs().lower() or \
+                    b"accepting connections" in self.container.logs().lower():
+                return
+            time.sleep(0.1)
+        raise EgressError("tinyproxy did not start listening in time")
+
+    def close(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except Exception:  # noqa: BLE001 - best effort; labelled for cleanup
+                pass
+            self.container = None
+        if self.network is not None:
+            try:
+                self.network.remove()
+            except Exception:  # noqa: BLE001
+                pass
+            self.network = None
+        if self.confdir:
+            shutil.rmtree(self.confdir, ignore_errors=True)
+            self.confdir = None

@@ -1,0 +1,191 @@
+"""Fixtures of the adversarial suite, and its table.
+
+Every docker case runs the real loop (``harness.loop.run_task``) on a target
+repo made by :func:`targetrepo.make_target_repo`, with the real agents
+(``replay`` for patch cheats, ``command`` for agent-side cheats) and the
+default verification backend (``harness.verification.make_backend("sandbox")``).
+The one shortcut: B0 is calibrated once per target mode and the calibration
+reused by the later cases of that mode (:class:`SharedCalibration`); every
+verification itself is measured afresh.
+
+At the end of a session that ran any case, the table ``case | what it tries |
+decision | reason | result`` is printed and written to
+``tests/adversarial/RESULTS.md`` (not committed automatically).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .cases import Case
+from .targetrepo import HIDDEN_SEED, HIDDEN_SEED_ENV, make_target_repo
+
+RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
+ROWS: dict[str, dict[str, str]] = {}
+"""nodeid -> row of the table (filled by the tests, outcome by the hook)."""
+
+
+class SharedCalibration:
+    """The real backend, with B0's calibration measured once and reused (the
+    B0 of every case of one mode is the same commit of the same repo)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.name = getattr(inner, "name", "sandbox")
+        self.calibration: dict[str, Any] | None = None
+
+    def calibrate(self, ref, spec, **kw):
+        if self.calibration is None:
+            self.calibration = self.inner.calibrate(ref, spec, **kw)
+        return self.calibration
+
+    def verify(self, *args, **kw):
+        return self.inner.verify(*args, **kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(scope="session")
+def hidden_seed():
+    """The hidden seed, in the runner's environment for the session only."""
+    old = os.environ.get(HIDDEN_SEED_ENV)
+    os.environ[HIDDEN_SEED_ENV] = HIDDEN_SEED
+    yield HIDDEN_SEED
+    if old is None:
+        os.environ.pop(HIDDEN_SEED_ENV, None)
+    else:
+        os.environ[HIDDEN_SEED_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def adversarial(tmp_path_factory, hidden_seed):
+    """Per mode: the target repo and the shared-calibration backend (made on
+    first use)."""
+    from harness.verification import make_backend
+
+    root = tmp_path_factory.mktemp("adversarial")
+    made: dict[str, tuple[Path, SharedCalibration]] = {}
+
+    def get(mode: str) -> tuple[Path, SharedCalibration]:
+        if mode not in made:
+            repo = make_target_repo(root, mode, python=sys.executable)
+            made[mode] = (repo, SharedCalibration(make_backend("sandbox")))
+        return made[mode]
+
+    return get
+
+
+@dataclass
+class CaseRun:
+    case: Case
+    repo: Path
+    state_dir: Path
+    result: Any
+    events: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def candidate(self):
+        return self.result.candidates[0] if self.result.candidates else None
+
+    @property
+    def decision(self) -> str:
+        c = self.candidate
+        return c.decision if c is not None else f"(loop {self.result.status})"
+
+    @property
+    def reason(self) -> str:
+        c = self.candidate
+        return c.reason if c is not None else self.result.reason
+
+    @property
+    def verdict(self):
+        for e in self.events:
+            if e.kind == "candidate" and e.verdict is not None:
+                return e.verdict
+        return None
+
+
+@pytest.fixture
+def run_case(adversarial, tmp_path: Path, request):
+    """``run_case(case, agent)``: one task of one round through the real loop;
+    the row for the table is recorded before the test asserts anything."""
+    from harness.loop import run_task
+    from harness.spec import load_task
+
+    def run(case: Case, agent: Any) -> CaseRun:
+        repo, backend = adversarial(case.mode)
+        spec = load_task(repo, None, f"adv-{case.name}")
+        events: list = []
+        t0 = time.monotonic()
+        try:
+            res = run_task(repo, spec, state_dir=tmp_path / "state", agent=agent, rounds=1, keep="propose",
+                           verifier=backend, on_event=events.append)
+        except Exception as exc:
+            ROWS[request.node.nodeid] = {
+                "case": case.name, "tries": case.tries, "decision": "(loop raised)",
+                "reason": f"{type(exc).__name__}: {exc}", "seconds": f"{time.monotonic() - t0:.0f}", "result": "?",
+            }
+            raise
+        out = CaseRun(case, repo, tmp_path / "state", res, events, time.monotonic() - t0)
+        ROWS[request.node.nodeid] = {
+            "case": case.name,
+            "tries": case.tries,
+            "decision": out.decision,
+            "reason": out.reason,
+            "seconds": f"{out.seconds:.0f}",
+            "result": "?",
+        }
+        return out
+
+    return run
+
+
+def pytest_runtest_logreport(report):
+    row = ROWS.get(report.nodeid)
+    if row is None or report.when == "setup":
+        return
+    if report.when == "call" or report.failed:
+        row["result"] = "pass" if report.passed else "FAIL"
+        write_results()  # after every case: a long run can be watched, a cut one still leaves its table
+
+
+def _cell(text: str, limit: int = 220) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def table() -> list[str]:
+    lines = ["| case | what it tries | decision | reason | s | result |", "|---|---|---|---|---|---|"]
+    for row in ROWS.values():
+        lines.append(
+            f"| {row['case']} | {_cell(row['tries'])} | {row['decision']} | {_cell(row['reason'])} "
+            f"| {row['seconds']} | {row['result']} |"
+        )
+    return lines
+
+
+def write_results() -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    RESULTS_MD.write_text(
+        f"# Adversarial suite: last run ({stamp})\n\n"
+        "Written by `tests/adversarial/conftest.py`; each case is a cheating candidate driven\n"
+        "through the real loop and sandbox (see `cases.py`).\n\n" + "\n".join(table()) + "\n"
+    )
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not ROWS:
+        return
+    terminalreporter.section("adversarial suite")
+    for line in table():
+        terminalreporter.write_line(line)
+    write_results()

@@ -1,0 +1,587 @@
+"""Per-run isolation: the spec, process isolation, and (marked ``docker``) a
+fresh container per run: nothing outlives a run or passes between runs, the
+checkout and other runs' dirs are out of reach, serving and evaluator jobs run
+from the protected base, and results are read only as regular files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from verifier.config import BenchmarkConfig
+from verifier.isolation import (
+    ContainerIsolation,
+    IsolationSpec,
+    Job,
+    from_options,
+)
+from verifier.runner import run_once, run_setup
+
+BASE_IMAGE = os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm")
+PY = sys.executable
+
+PROBE = textwrap.dedent(
+    r"""
+    import json, os, subprocess, sys, time
+    mode = sys.argv[1]
+    out = {}
+    res = os.environ["RSI_RESULT"]
+    if mode == "leak":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", os.environ["TOKEN"]],
+                         start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if mode == "state":
+        marks = ["/tmp/rsi-marker", os.path.join(os.environ["HOME"], "rsi-marker")]
+        out["seen"] = [os.path.exists(m) for m in marks]
+        for m in marks:
+            open(m, "w").write("cached")
+    if mode == "write":
+        for key, path in (("checkout", "pwned.txt"),
+                          ("other", os.path.join(os.environ.get("OTHER_RUN", "/nonexistent"),
+                                                 "result.json"))):
+            try:
+                open(path, "w").write('{"metrics": {"speed": 1000}}')
+                out[key] = "written"
+            except OSError as e:
+                out[key] = type(e).__name__
+    if mode == "symlink":
+        os.symlink("/etc/hostname", res)
+        sys.exit(0)
+    if mode == "fifo":
+        os.mkfifo(res)
+        sys.exit(0)
+    if mode == "files":
+        d = os.environ["RSI_OUTPUT_DIR"]
+        open(os.path.join(d, "0.txt"), "w").write("hello world")
+        open(os.path.join(d, "1.txt"), "w").write("good bye")
+        out["transcripts"] = ["bogus"]
+    print("READY", flush=True)
+    json.dump({"metrics": {"speed": 1.0, "heard": 99.0}, "outputs": out}, open(res, "w"))
+    """
+)
+
+SERVER = textwrap.dedent(
+    r"""
+    import json, os
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/env":
+                keep = ("RSI_SEED", "HIDDEN_")
+                body = json.dumps({k: v for k, v in os.environ.items() if k.startswith(keep)})
+            else:
+                body = "ok" if self.path == "/health" else "x" * 64
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    ThreadingHTTPServer(("0.0.0.0", int(os.environ["RSI_PORT"])), H).serve_forever()
+    """
+)
+
+CLIENT = textwrap.dedent(
+    r"""
+    import json, os, time, urllib.request, wave
+    url = os.environ["RSI_SERVER_URL"]
+    get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(5):
+        t = time.perf_counter()
+        get(url + "/work").read()
+        lat.append(time.perf_counter() - t)
+    window = time.perf_counter() - t0
+    server_env = json.loads(get(url + "/env").read())
+    d = os.environ["RSI_OUTPUT_DIR"]
+    open(os.path.join(d, "0.txt"), "w").write("served words")
+    with wave.open(os.path.join(d, "0.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(bytes(range(256)) * 8)
+    json.dump({"metrics": {"throughput": 5 / window},
+               "samples": {"latency_s": lat},
+               "outputs": {"server_env": server_env, "client_seed": os.environ.get("RSI_SEED")},
+               "counts": {"requests": 5, "failed": 0}}, open(os.environ["RSI_RESULT"], "w"))
+    """
+)
+
+EVALUATE = textwrap.dedent(
+    r"""
+    import json, os, pathlib
+    inp = pathlib.Path(os.environ["RSI_INPUT_DIR"])
+    texts = [p.read_text() for p in sorted(inp.glob("*.txt"))]
+    try:
+        open(inp / "tamper.txt", "w").write("x")
+        tamper = "written"
+    except OSError as e:
+        tamper = type(e).__name__
+    json.dump({"outputs": {"transcripts": texts, "input_write": tamper},
+               "metrics": {"heard": float(len(texts))}}, open(os.environ["RSI_RESULT"], "w"))
+    """
+)
+
+
+def _checkout(path: Path) -> Path:
+    (path / "bench").mkdir(parents=True)
+    (path / "probe.py").write_text(PROBE)
+    (path / "server.py").write_text(SERVER)
+    (path / "bench" / "client.py").write_text(CLIENT)
+    (path / "bench" / "evaluate.py").write_text(EVALUATE)
+    return path
+
+
+def _bench(mode: str = "", **kw) -> BenchmarkConfig:
+    if "serve" not in kw:
+        kw.setdefault("command", f"{PY} probe.py {mode}")
+    kw.setdefault("metrics", {"speed": "higher"} if "serve" not in kw else {"throughput": "higher"})
+    kw.setdefault("timeout_s", 60)
+    return BenchmarkConfig(name="b", **kw)
+
+
+def _serving(**kw) -> BenchmarkConfig:
+    return _bench(
+        serve=f"{PY} server.py",
+        client=f"{PY} bench/client.py",
+        ready_path="/health",
+        samples={"latency_s": "lower"},
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def docker_iso():
+    from tests.conftest import docker_unavailable_reason
+
+    why = docker_unavailable_reason()
+    if why is not None:
+        if os.environ.get("RSI_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"docker required but unavailable: {why}")
+        pytest.skip(why)
+    iso = ContainerIsolation(IsolationSpec.simple(BASE_IMAGE, cpus=1, memory="1g"))
+    yield iso
+    iso.close()
+
+
+# ---- the spec (fast) --------------------------------------------------------------------
+
+
+def test_spec_refuses_root_and_unknown_keys_and_replaces_ours():
+    with pytest.raises(ValueError, match="never runs as root"):
+        IsolationSpec(image="x", base_kwargs={"user": "0:0"})
+    with pytest.raises(ValueError, match="unsupported key.*privileged"):
+        IsolationSpec(image="x", base_kwargs={"privileged": True})
+    spec = IsolationSpec(
+        image="img",
+        base_kwargs={"command": ["x"], "network_mode": "bridge", "mem_limit": 1 << 30},
+    )
+    assert spec.base_kwargs == {"mem_limit": 1 << 30}
+
+
+def test_container_kwargs_of_a_run_and_a_setup(tmp_path):
+    spec = IsolationSpec(
+        image="img",
+        base_kwargs={
+            "user": "1000:1000",
+            "volumes": {"/opt/py": {"bind": "/opt/py", "mode": "rw"}},
+            "tmpfs": {"/tmp": "rw,size=256m"},
+            "environment": {"PATH": "/opt/py/bin"},
+            "security_opt": ["seccomp=default"],
+        },
+    )
+    iso = ContainerIsolation(spec, client=object())
+    run_dir = tmp_path / "run"
+    kw = iso.create_kwargs(Job("x", tmp_path, run_dir=run_dir))
+    assert kw["image"] == "img" and kw["network_mode"] == "none" and kw["read_only"]
+    assert kw["cap_drop"] == ["ALL"] and "no-new-privileges" in kw["security_opt"]
+    assert kw["user"] == "65534:65534" and kw["command"] == ["sleep", "infinity"]
+    assert kw["volumes"]["/opt/py"]["mode"] == "ro"  # every spec volume is read-only
+    assert kw["volumes"][str(tmp_path.resolve())] == {"bind": "/rsi/src", "mode": "ro"}
+    assert kw["volumes"][str(run_dir)] == {"bind": "/rsi/run", "mode": "rw"}
+    assert "size=256m" in kw["tmpfs"]["/tmp"]
+    rw = [v for v in kw["volumes"].values() if v["mode"] == "rw"]
+    assert rw == [{"bind": "/rsi/run", "mode": "rw"}]  # the run's own dir is the only one
+    setup = iso.create_kwargs(Job("x", tmp_path, role="setup", writable=True))
+    assert setup["volumes"][str(tmp_path.resolve())]["mode"] == "rw"
+    served = iso.create_kwargs(Job("x", tmp_path, network="net1"))
+    assert served["network"] == "net1" and "network_mode" not in served
+    assert iso.paths(Job("x", tmp_path, run_dir=run_dir, input_dir=tmp_path)) == {
+        "RSI_RESULT": "/rsi/run/result.json",
+        "RSI_OUTPUT_DIR": "/rsi/run/outputs",
+        "RSI_INPUT_DIR": "/rsi/input",
+    }
+
+
+def test_spec_file_and_cli_choices(tmp_path):
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps({"image": "img", "base_kwargs": {"pids_limit": 64}}))
+    assert IsolationSpec.from_file(f).base_kwargs == {"pids_limit": 64}
+    assert from_options("process").kind == "process"
+    with pytest.raises(ValueError, match="needs --isolation-spec FILE or --image"):
+        from_options("container")
+    with pytest.raises(ValueError, match="must be 'process' or 'container'"):
+        from_options("vm")
+    simple = IsolationSpec.simple("img", cpus=1.5, memory="2g")
+    assert simple.base_kwargs["nano_cpus"] == 1_500_000_000
+    assert simple.base_kwargs["mem_limit"] == 2 << 30
+
+
+# ---- process isolation (fast) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, needle", [("symlink", "symlink"), ("fifo", "not a regular file")])
+def test_a_symlink_or_fifo_result_is_an_error_not_followed(tmp_path, mode, needle):
+    rec = run_once(_bench(mode), _checkout(tmp_path / "c"))
+    assert not rec.ok and needle in rec.error and "bad result" in rec.error
+
+
+def test_serving_and_evaluator_with_processes(tmp_path):
+    base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+    (cand / "bench" / "client.py").write_text("raise SystemExit('the candidate client ran')")
+    bench = _serving(evaluator=f"{PY} bench/evaluate.py", evaluator_metrics=("heard",),
+                     metrics={"throughput": "higher", "heard": "higher"})  # fmt: skip
+    rec = run_once(bench, cand, base_checkout=base, extra_env={"HIDDEN_X": "1", "RSI_SEED": "7"})
+    assert rec.ok, rec.error + rec.stderr_tail
+    r = rec.result
+    assert r.metrics["throughput"] > 0 and len(r.samples["latency_s"]) == 5
+    assert r.outputs["server_env"] == {}  # hidden inputs never reach the server
+    assert r.outputs["client_seed"] == "7"
+    assert r.outputs["transcripts"] == ["served words"] and r.metrics["heard"] == 1.0
+    assert rec.sources["throughput"] == "client" and rec.sources["heard"] == "evaluator"
+    assert rec.startup_s is not None and 0 < rec.startup_s and rec.cpu_s is not None
+
+
+def test_a_server_that_never_gets_ready_is_an_error(tmp_path):
+    c = _checkout(tmp_path / "c")
+    bench = _serving().model_copy(update={"ready_path": "/nope-never", "timeout_s": 2})
+    (c / "server.py").write_text(SERVER.replace('self.path == "/health"', "False").replace(
+        "self.send_response(200)", "self.send_response(404 if self.path.startswith('/nope') else 200)"
+    ))  # fmt: skip
+    t = time.perf_counter()
+    rec = run_once(bench, c)
+    assert not rec.ok and "never became ready" in rec.error and "/nope-never" in rec.error
+    assert time.perf_counter() - t < 10
+
+
+# ---- container isolation (docker) --------------------------------------------------------
+
+
+def _alive(token: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if token in " ".join(p.info["cmdline"] or ()):
+            out.append(p.pid)
+    return out
+
+
+@pytest.mark.docker
+def test_a_background_process_does_not_outlive_its_run(docker_iso, tmp_path):
+    token = f"rsi-leak-{uuid.uuid4().hex}"
+    c = _checkout(tmp_path / "c")
+    rec = run_once(_bench("leak", env={"TOKEN": token}), c, isolation=docker_iso)
+    # the leftover is killed at once and the run fails: a process that
+    # outlives the command could still rewrite its result after the exit
+    assert not rec.ok
+    assert "left 1 process(es) running after it exited" in rec.error
+    assert rec.extra["leftover_processes"] == 1
+    time.sleep(0.2)
+    assert _alive(token) == []
+    # the same benchmark under process isolation does leave it behind (the
+    # reason verification of untrusted code uses containers)
+    token2 = f"rsi-leak-{uuid.uuid4().hex}"
+    run_once(_bench("leak", env={"TOKEN": token2}), c)
+    left = _alive(token2)
+    for pid in left:
+        psutil.Process(pid).kill()
+    assert left
+
+
+@pytest.mark.docker
+def test_tmp_and_home_do_not_persist_between_runs(docker_iso, tmp_path):
+    c = _checkout(tmp_path / "c")
+    first = run_once(_bench("state", ready_pattern="READY"), c, isolation=docker_iso)
+    second = run_once(_bench("state", ready_pattern="READY"), c, isolation=docker_iso)
+    assert first.ok and second.ok, first.error + second.error
+    assert first.result.outputs["seen"] == [False, False]
+    assert second.result.outputs["seen"] == [False, False]
+    assert first.cpu_s and first.cpu_s > 0 and first.peak_rss_mib > 1 and first.startup_s
+
+
+@pytest.mark.docker
+def test_a_run_cannot_write_the_checkout_or_another_runs_dir(docker_iso, tmp_path):
+    c = _checkout(tmp_path / "c")
+    work = tmp_path / "work"
+    work.mkdir()
+    first = run_once(_bench("write"), c, isolation=docker_iso, workdir=work)
+    assert first.ok, first.error
+    other = Path(first.work_dir) / "run"
+    before = (other / "result.json").read_bytes()
+    rec = run_once(_bench("write"), c, isolation=docker_iso, workdir=work,
+                   extra_env={"OTHER_RUN": str(other)})  # fmt: skip
+    assert rec.ok, rec.error
+    assert rec.result.outputs["checkout"] == "OSError"  # read-only file system
+    assert rec.result.outputs["other"] in ("FileNotFoundError", "PermissionError", "OSError")
+    assert not (c / "pwned.txt").exists()
+    assert (other / "result.json").read_bytes() == before
+    # setup alone may write its checkout
+    setup = run_setup(_bench("x", setup="echo built > built.txt"), c, isolation=docker_iso)
+    assert setup.returncode == 0 and (c / "built.txt").read_text().strip() == "built"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode, needle", [("symlink", "symlink"), ("fifo", "not a regular file")])
+def test_container_symlink_or_fifo_result_is_an_error(docker_iso, tmp_path, mode, needle):
+    rec = run_once(_bench(mode), _checkout(tmp_path / "c"), isolation=docker_iso)
+    assert not rec.ok and needle in rec.error
+
+
+@pytest.mark.docker
+def test_serving_benchmark_end_to_end_in_containers(docker_iso, tmp_path):
+    import docker
+
+    base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+    (cand / "bench" / "client.py").write_text("raise SystemExit('the candidate client ran')")
+    bench = _serving(evaluator=f"{PY} bench/evaluate.py", evaluator_metrics=("heard",),
+                     metrics={"throughput": "higher", "heard": "higher"})  # fmt: skip
+    rec = run_once(bench, cand, base_checkout=base, isolation=docker_iso,
+                   extra_env={"HIDDEN_X": "1", "RSI_SEED": "7"})  # fmt: skip
+    assert rec.ok, rec.error + rec.stderr_tail
+    r = rec.result
+    assert r.metrics["throughput"] > 0 and r.counts["requests"] == 5
+    assert r.outputs["server_env"] == {} and r.outputs["client_seed"] == "7"
+    assert r.outputs["transcripts"] == ["served words"]  # the evaluator's, from the files
+    assert r.outputs["input_write"] == "OSError"  # the evaluator's input is read-only
+    assert rec.sources["outputs.transcripts"] == "evaluator"
+    assert rec.startup_s and rec.cpu_s and rec.peak_rss_mib > 1
+    # nothing of this run is left: no container, no network (other sessions may
+    # run theirs at the same time, so only this run's are looked for)
+    client = docker.from_env()
+    assert rec.extra.get("containers") and rec.extra.get("network")
+    left = [c.name for c in client.containers.list(all=True) if c.name in rec.extra["containers"]]
+    assert left == []
+    assert client.networks.list(names=[rec.extra["network"]]) == []
+
+
+@pytest.mark.docker
+def test_evaluator_outputs_replace_the_runs_own(docker_iso, tmp_path):
+    base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+    (cand / "bench" / "evaluate.py").write_text("raise SystemExit('candidate evaluator')")
+    bench = _bench("files", evaluator=f"{PY} bench/evaluate.py", evaluator_metrics=("heard",),
+                   metrics={"speed": "higher", "heard": "higher"})  # fmt: skip
+    rec = run_once(bench, cand, base_checkout=base, isolation=docker_iso)
+    assert rec.ok, rec.error + rec.stderr_tail
+    assert rec.result.outputs["transcripts"] == ["hello world", "good bye"]
+    assert rec.result.metrics["heard"] == 2.0 and rec.sources["heard"] == "evaluator"
+    assert rec.sources["speed"] == "benchmark"
+
+
+# ---- the CLI ------------------------------------------------------------------------------
+
+CLI_CONFIG = f"""
+[benchmarks.probe]
+command = "{PY} probe.py plain"
+timeout_s = 60
+[benchmarks.probe.metrics]
+speed = "higher"
+[objective]
+benchmark = "probe"
+metric = "wall_s"
+min_gain = 0.5
+[verifier]
+warmup = 0
+initial_pairs = 7
+step = 2
+max_pairs = 7
+"""
+
+
+def test_cli_refuses_bad_isolation_options(tmp_path):
+    from typer.testing import CliRunner
+
+    from verifier.cli import app
+
+    c = _checkout(tmp_path / "c")
+    (c / ".rsi").mkdir()
+    (c / ".rsi" / "config.toml").write_text(CLI_CONFIG)
+    runner = CliRunner()
+    res = runner.invoke(app, ["verify-dirs", str(c), str(c), "--isolation", "container"])
+    assert res.exit_code == 2 and "needs --isolation-spec FILE or --image" in res.output
+    res = runner.invoke(app, ["calibrate-dir", str(c), "--cpus", "1"])
+    assert res.exit_code == 2 and "--cpus and --memory need --isolation container" in res.output
+
+
+@pytest.mark.docker
+def test_cli_verify_dirs_in_containers_with_a_spec_file(docker_iso, tmp_path):
+    from typer.testing import CliRunner
+
+    from verifier.cli import app
+    from verifier.verdict import Verdict
+
+    base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+    (base / ".rsi").mkdir()
+    (base / ".rsi" / "config.toml").write_text(CLI_CONFIG)
+    spec = tmp_path / "spec.json"
+    spec.write_text(IsolationSpec.simple(BASE_IMAGE, cpus=1, memory="1g").model_dump_json())
+    report = tmp_path / "verdict.json"
+    res = CliRunner().invoke(app, [
+        "verify-dirs", str(base), str(cand), "--isolation", "container",
+        "--isolation-spec", str(spec), "--report", str(report),
+    ])  # fmt: skip
+    assert res.exit_code in (0, 1), res.output
+    v = Verdict.from_json(report.read_text())
+    assert v.decision in ("reject", "inconclusive") and v.runs == 14
+    src = {m.name: m.source for m in v.metrics}
+    assert src["wall_s"] == src["cpu_s"] == src["peak_rss_mib"] == "verifier"
+    assert src["speed"] == "benchmark"
+
+
+@pytest.mark.docker
+def test_a_hanging_run_is_killed_at_its_timeout(docker_iso, tmp_path):
+    c = _checkout(tmp_path / "c")
+    t = time.perf_counter()
+    rec = run_once(_bench("x", command="sleep 60", timeout_s=1.0), c, isolation=docker_iso)
+    assert not rec.ok and rec.timed_out and "timed out after 1 s" in rec.error
+    assert time.perf_counter() - t < 8
+
+
+@pytest.mark.docker
+def test_hidden_paths_are_given_read_only(docker_iso, tmp_path):
+    c = _checkout(tmp_path / "c")
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "inputs.txt").write_text("secret prompts")
+    cmd = (
+        f"{PY} -c \"import json,os; p=os.environ['HIDDEN_DIR']; t=open(p+'/inputs.txt').read(); "
+        "w='denied'\ntry:\n open(p+'/x','w')\n w='written'\nexcept OSError: pass\n"
+        "json.dump({'metrics': {'speed': 1}, 'outputs': {'t': t, 'w': w}}, "
+        "open(os.environ['RSI_RESULT'],'w'))\""
+    )
+    rec = run_once(_bench("x", command=cmd), c, isolation=docker_iso,
+                   extra_env={"HIDDEN_DIR": str(hidden)})  # fmt: skip
+    assert rec.ok, rec.error + rec.stderr_tail
+    assert rec.result.outputs == {"t": "secret prompts", "w": "denied"}
+
+
+def test_cgroup_reading_v1_and_v2(tmp_path):
+    from verifier.isolation import Cgroup
+
+    v2 = tmp_path / "v2" / "system.slice" / "docker-abc.scope"
+    v2.mkdir(parents=True)
+    (v2 / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nthrottled_usec 300000\n")
+    (v2 / "memory.stat").write_text("anon 1048576\nfile 999999999\nfile_mapped 1048576\n")
+    (v2 / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    cg = Cgroup(1, tmp_path / "v2", proc="0::/system.slice/docker-abc.scope\n")
+    assert cg.cpu_s() == 2.5 and cg.throttled_s() == 0.3
+    assert cg.rss_bytes() == 2 << 20  # page cache ("file") is not counted
+    assert cg.pids() == [os.getpid()] and cg.tree_rss(skip=0) > 1 << 20
+    v1 = tmp_path / "v1"
+    for ctl in ("memory", "cpu,cpuacct"):
+        (v1 / ctl / "docker" / "abc").mkdir(parents=True)
+    (v1 / "cpu,cpuacct" / "docker" / "abc" / "cpuacct.usage").write_text("1500000000\n")
+    (v1 / "cpu,cpuacct" / "docker" / "abc" / "cpu.stat").write_text("throttled_time 5000000\n")
+    (v1 / "memory" / "docker" / "abc" / "memory.stat").write_text(
+        "rss 10\ntotal_rss 4096\ntotal_mapped_file 4096\ntotal_cache 1000000\n"
+    )
+    proc = "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/docker/abc\n"
+    cg = Cgroup(1, v1, proc=proc)
+    assert cg.cpu_s() == 1.5 and cg.throttled_s() == 0.005 and cg.rss_bytes() == 8192
+    with pytest.raises(RuntimeError, match="not readable"):
+        Cgroup(1, tmp_path / "none", proc="0::/gone\n")
+
+
+SERVING_CONFIG = f"""
+[benchmarks.web]
+serve = "{PY} server.py"
+client = "{PY} bench/client.py"
+ready_path = "/health"
+evaluator = "{PY} bench/evaluate.py"
+evaluator_metrics = ["heard"]
+timeout_s = 60
+[benchmarks.web.metrics]
+throughput = "higher"
+heard = "higher"
+[benchmarks.web.samples]
+latency_s = "lower"
+[objective]
+benchmark = "web"
+metric = "throughput"
+min_gain = 0.5
+[[guards]]
+metric = "heard"
+min_ratio = 1.0
+required = true
+[[quality]]
+kind = "waveform"
+files = "*.wav"
+min_snr_db = 40
+[[quality]]
+kind = "wer"
+output = "transcripts"
+max_delta = 0.0
+[verifier]
+require_external = true
+warmup = 0
+initial_pairs = 7
+step = 2
+max_pairs = 7
+default_guards = false
+"""
+
+
+def test_a_serving_verification_with_processes(tmp_path):
+    from verifier.config import VerifyConfig
+    from verifier.judge import verify
+
+    base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+    v = verify(base, cand, VerifyConfig.from_toml(SERVING_CONFIG))
+    assert v.decision in ("reject", "inconclusive"), v.reason  # the same code: no gain
+    assert v.runs == 14 or v.decision == "reject"
+    src = {m.name: m.source for m in v.metrics}
+    assert src["throughput"] == src["latency_p95_s"] == "client"
+    assert src["heard"] == "evaluator" and src["startup_s"] == src["cpu_s"] == "verifier"
+    by_kind = {(g.kind, g.against): g for g in v.guards}
+    assert by_kind[("waveform", "bk")].status == "pass"
+    assert "identical" in by_kind[("waveform", "bk")].detail
+    assert by_kind[("wer", "bk")].status == "pass"
+
+
+@pytest.mark.docker
+def test_exit_status_and_a_child_holding_stdout(docker_iso, tmp_path):
+    c = _checkout(tmp_path / "c")
+    rec = run_once(_bench("x", command="echo broken >&2; exit 3"), c, isolation=docker_iso)
+    assert not rec.ok and "exited with status 3" in rec.error and "broken" in rec.stderr_tail
+    t = time.perf_counter()
+    held = f"sleep 30 & {PY} probe.py plain"  # the sleep keeps the stdout pipe open
+    rec = run_once(_bench("x", command=held), c, isolation=docker_iso)
+    # the run ends when its command exits, not when the pipe closes; the sleep
+    # it left behind is killed and fails the run (it could rewrite the result)
+    assert not rec.ok and "left 1 process(es) running" in rec.error
+    assert rec.wall_s < 3 and time.perf_counter() - t < 8
+
+
+def test_device_requests_from_json_in_either_spelling(tmp_path):
+    from docker.types import DeviceRequest
+
+    for req in (
+        {"Driver": "", "Count": -1, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}},
+        {"driver": "", "count": -1, "device_ids": [], "capabilities": [["gpu"]], "options": {}},
+    ):
+        spec = IsolationSpec(image="img", base_kwargs={"device_requests": [req]})
+        kw = ContainerIsolation(spec, client=object()).create_kwargs(Job("x", tmp_path))
+        (got,) = kw["device_requests"]
+        assert isinstance(got, DeviceRequest) and got.count == -1
+        assert got.capabilities == [["gpu"]]

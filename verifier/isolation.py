@@ -1,0 +1,939 @@
+"""Where a benchmark command runs: a fresh process group, or a fresh container.
+
+Every command the verifier starts for a benchmark (setup, warm-up, measured
+run, calibration run, a serving benchmark's server and client, an evaluator)
+is one :class:`Job`, started by an :class:`Isolation` and measured from
+outside by the :class:`Handle` it returns. Two implementations:
+
+* :class:`ProcessIsolation`: a fresh process group on this host (``rsi
+  verify`` on a laptop, unit tests). The checkout is not write-protected and
+  ``/tmp`` is the host's: use it only where the candidate is trusted.
+* :class:`ContainerIsolation`: a fresh Docker container per job (the docker
+  SDK is imported only when one is built). See its docstring for what the
+  container gets, and ``verifier/README.md`` for the isolation-spec JSON.
+
+Measured per job, from outside: ``wall_s`` (start to exit of the command),
+``peak_rss_mib``, ``cpu_s`` (user + system), ``ready_s`` (when the ready
+pattern first appeared on the command's stdout, timed by the verifier).
+Nothing here raises for a benchmark's behaviour: a failure is a
+``CommandResult`` with ``error`` set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TAIL_CHARS = 4000
+POLL_S = 0.01
+RUN_MOUNT = "/rsi/run"
+INPUT_MOUNT = "/rsi/input"
+SRC_MOUNT = "/rsi/src"
+CONTAINER_HOME = "/tmp/home"
+SERVER_PORT = 8000
+Role = Literal["setup", "run", "server", "client", "evaluator"]
+_SECRET = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|(^|_)API_?KEY|_KEY$|^AWS_|^GH_", re.IGNORECASE
+)
+
+
+@dataclass
+class CommandResult:
+    """What the verifier saw of one command (never raised, always returned)."""
+
+    returncode: int | None
+    wall_s: float
+    timed_out: bool
+    stdout_tail: str
+    stderr_tail: str
+    peak_rss_mib: float = 0.0
+    ready_s: float | None = None
+    error: str = ""
+    cpu_s: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    """One command to run, and what it may see."""
+
+    command: str
+    checkout: Path
+    """Its working directory (the arm's checkout, or Bk's for client/evaluator)."""
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 600.0
+    role: Role = "run"
+    ready_pattern: str | None = None
+    run_dir: Path | None = None
+    """Host dir, fresh per job: ``RSI_RESULT`` = result.json, ``RSI_OUTPUT_DIR`` = outputs/."""
+    input_dir: Path | None = None
+    """Host dir given read-only as ``RSI_INPUT_DIR`` (an evaluator's input)."""
+    writable: bool = False
+    """The checkout is writable (setup only)."""
+    network: str | None = None
+    """A private network of a serving run (container isolation)."""
+    drop: tuple[str, ...] = ()
+    """Names never passed on from the verifier's environment (process isolation)."""
+    read_only_paths: tuple[str, ...] = ()
+    """Host paths given read-only at the same path (hidden inputs on the runner)."""
+
+
+def child_env(
+    base: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """``base`` (default: this process's env) minus credentials and ``drop``, plus ``extra``."""
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if not _SECRET.search(k) and k not in drop
+    }
+    env.update(extra or {})
+    return env
+
+
+class Handle(Protocol):
+    """A started job."""
+
+    host: str
+    """Where the verifier (and a client) reach a server job."""
+    t0: float
+    """``time.perf_counter()`` when the command started."""
+
+    def wait_ready(self, timeout_s: float) -> float | None:
+        """Seconds from start until the ready pattern appeared (None: not yet / never)."""
+
+    def running(self) -> bool: ...
+
+    def wait(self) -> CommandResult:
+        """Until the command exits or its timeout passes; everything it left is killed."""
+
+    def stop(self) -> CommandResult:
+        """Kill it now (a server after its client finished) and return what was measured."""
+
+
+class Isolation(Protocol):
+    kind: str
+
+    def start(self, job: Job) -> Handle: ...
+
+    def private_network(self) -> contextlib.AbstractContextManager[str | None]:
+        """A network private to one serving run (None where not needed)."""
+
+    def server_port(self) -> int: ...
+
+    def prepare_dir(self, path: Path) -> None:
+        """Make a fresh run dir writable by the job (and nobody else)."""
+
+    def close(self) -> None: ...
+
+
+def run_job(isolation: Isolation, job: Job) -> CommandResult:
+    """Start ``job`` and wait for it; never raises."""
+    try:
+        return isolation.start(job).wait()
+    except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
+        return CommandResult(None, 0.0, False, "", "", error=f"could not run the command: {e!r}")
+
+
+# ---- output capture (shared) ----------------------------------------------------
+
+
+class _Output:
+    """Tails of stdout and stderr, and the time the ready pattern first showed."""
+
+    def __init__(self, ready_pattern: str | None, t0: float):
+        self.ready_re = re.compile(ready_pattern) if ready_pattern else None
+        self.t0 = t0
+        self.out: deque[str] = deque(maxlen=60)
+        self.err: deque[str] = deque(maxlen=200)
+        self.ready_at: float | None = None
+        self.ready = threading.Event()
+        self._partial = ""
+
+    def stdout(self, data: bytes) -> None:
+        text = self._partial + data.decode("utf-8", "replace")
+        *lines, self._partial = text.split("\n")
+        self._partial = self._partial[-TAIL_CHARS:]
+        for line in lines:
+            self._line(line + "\n")
+
+    def _line(self, line: str) -> None:
+        if self.ready_re is not None and self.ready_at is None and self.ready_re.search(line):
+            self.ready_at = time.perf_counter() - self.t0
+            self.ready.set()
+        self.out.append(line[-TAIL_CHARS:])
+
+    def stderr(self, data: bytes) -> None:
+        self.err.append(data.decode("utf-8", "replace")[-TAIL_CHARS:])
+
+    def finish(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = ""
+
+    def tails(self) -> tuple[str, str]:
+        return "".join(self.out)[-TAIL_CHARS:], "".join(self.err)[-TAIL_CHARS:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---- processes ----------------------------------------------------------------------
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def _kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class ProcessHandle:
+    """A command in its own process group (session) on this host."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, job: Job, env: dict[str, str]):
+        self.job = job
+        self.t0 = time.perf_counter()
+        self.output = _Output(job.ready_pattern, self.t0)
+        self.proc = subprocess.Popen(
+            job.command,
+            shell=True,
+            cwd=str(job.checkout),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.readers = [
+            threading.Thread(target=self._read, args=(pipe, sink), daemon=True)
+            for pipe, sink in (
+                (self.proc.stdout, self.output.stdout),
+                (self.proc.stderr, self.output.stderr),
+            )
+        ]
+        for r in self.readers:
+            r.start()
+        try:
+            self.ps: psutil.Process | None = psutil.Process(self.proc.pid)
+        except psutil.Error:
+            self.ps = None
+        self.peak = 0
+        self.status: int | None = None
+        self.usage = None
+
+    @staticmethod
+    def _read(pipe, sink) -> None:
+        for chunk in iter(lambda: pipe.read1(65536), b""):
+            sink(chunk)
+
+    def wait_ready(self, timeout_s: float) -> float | None:
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline and self.output.ready_at is None and self.running():
+            self.output.ready.wait(0.02)
+        return self.output.ready_at
+
+    def running(self) -> bool:
+        return self.status is None and self._poll(block=False) is None
+
+    def _poll(self, block: bool):
+        try:
+            pid, st, usage = os.wait4(self.proc.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pid, st, usage = self.proc.pid, 0, None
+        if pid:
+            self.status, self.usage = st, usage
+            if usage is not None:  # a run shorter than one poll: the kernel's high-water mark
+                self.peak = max(self.peak, usage.ru_maxrss * 1024)
+            return st
+        return None
+
+    def wait(self) -> CommandResult:
+        deadline = self.t0 + self.job.timeout_s
+        timed_out = False
+        while self.status is None and self._poll(block=False) is None:
+            if self.ps is not None:
+                self.peak = max(self.peak, _tree_rss(self.ps))
+            if time.perf_counter() > deadline:
+                timed_out = True
+                self._terminate()
+                break
+            time.sleep(POLL_S)
+        return self._finish(timed_out)
+
+    def stop(self) -> CommandResult:
+        if self.status is None and self._poll(block=False) is None:
+            self._terminate()
+        return self._finish(False)
+
+    def _terminate(self, grace_s: float = 2.0) -> None:
+        _kill_group(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self._poll(block=False) is None:
+            time.sleep(0.01)
+        _kill_group(self.proc.pid)
+        if self.status is None:
+            self._poll(block=True)
+
+    def _finish(self, timed_out: bool) -> CommandResult:
+        wall = time.perf_counter() - self.t0
+        _kill_group(self.proc.pid)  # anything the command left in its group goes too
+        for r in self.readers:
+            r.join(timeout=2.0)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(Exception):
+                pipe.close()
+        self.output.finish()
+        out, err = self.output.tails()
+        rc = os.waitstatus_to_exitcode(self.status) if self.status is not None else -9
+        cpu = self.usage.ru_utime + self.usage.ru_stime if self.usage is not None else None
+        return CommandResult(
+            returncode=rc,
+            wall_s=wall,
+            timed_out=timed_out,
+            stdout_tail=out,
+            stderr_tail=err,
+            peak_rss_mib=self.peak / (1024 * 1024),
+            ready_s=self.output.ready_at,
+            cpu_s=cpu,
+        )
+
+
+class ProcessIsolation:
+    """Today's behaviour: each job is a fresh process group on this host; the
+    group is killed when the job ends. ``cpu_s`` covers the main process and
+    the children it waited for. The checkout is NOT write-protected."""
+
+    kind = "process"
+
+    def __init__(self, base_env: dict[str, str] | None = None):
+        self.base_env = base_env
+
+    def start(self, job: Job) -> ProcessHandle:
+        if not Path(job.checkout).is_dir():
+            raise FileNotFoundError(f"checkout {job.checkout} is not a directory")
+        paths: dict[str, str] = {}
+        if job.run_dir is not None:
+            paths["RSI_RESULT"] = str(job.run_dir / "result.json")
+            paths["RSI_OUTPUT_DIR"] = str(job.run_dir / "outputs")
+        if job.input_dir is not None:
+            paths["RSI_INPUT_DIR"] = str(job.input_dir)
+        env = child_env(self.base_env, {**job.env, **paths}, drop=job.drop)
+        return ProcessHandle(job, env)
+
+    @contextlib.contextmanager
+    def private_network(self) -> Iterator[str | None]:
+        yield None
+
+    def server_port(self) -> int:
+        return _free_port()
+
+    def prepare_dir(self, path: Path) -> None:
+        (path / "outputs").mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        pass
+
+
+# ---- containers ---------------------------------------------------------------------
+
+#: Keys of ``base_kwargs`` the spec may set (docker SDK ``containers.create`` names).
+ALLOWED_KWARGS = frozenset(
+    {
+        "user", "cap_drop", "security_opt", "read_only", "mem_limit", "memswap_limit",
+        "nano_cpus", "cpuset_cpus", "cpu_shares", "pids_limit", "devices", "device_requests",
+        "volumes", "environment", "tmpfs", "init", "labels", "shm_size", "ulimits",
+        "mem_swappiness", "oom_kill_disable",
+    }
+)  # fmt: skip
+#: Keys the verifier sets itself: accepted in a spec (the harness's container_kwargs
+#: has them) and replaced.
+REPLACED_KWARGS = frozenset(
+    {"image", "command", "working_dir", "detach", "stdin_open", "tty", "name", "network_mode",
+     "network", "auto_remove", "entrypoint"}
+)  # fmt: skip
+
+
+class IsolationSpec(BaseModel):
+    """The container settings ``ContainerIsolation`` starts every job with
+    (JSON: ``{"image": ..., "base_kwargs": {...}}``; see the README)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str = Field(min_length=1)
+    base_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("base_kwargs")
+    @classmethod
+    def _keys(cls, kw: dict[str, Any]) -> dict[str, Any]:
+        bad = sorted(set(kw) - ALLOWED_KWARGS - REPLACED_KWARGS)
+        if bad:
+            raise ValueError(
+                f"base_kwargs: unsupported key(s) {', '.join(bad)}; allowed: "
+                f"{', '.join(sorted(ALLOWED_KWARGS))}"
+            )
+        user = str(kw.get("user", "1000:1000"))
+        if user.split(":")[0] in ("0", "root", ""):
+            raise ValueError("base_kwargs.user: benchmark code never runs as root; use 1000:1000")
+        return {k: v for k, v in kw.items() if k not in REPLACED_KWARGS}
+
+    @classmethod
+    def from_file(cls, path: Path) -> IsolationSpec:
+        try:
+            return cls.model_validate_json(Path(path).read_text())
+        except OSError as e:
+            raise ValueError(f"cannot read the isolation spec {path}: {e}") from None
+
+    @classmethod
+    def simple(
+        cls, image: str, *, cpus: float | None = None, memory: str | None = None
+    ) -> IsolationSpec:
+        """A spec from flags: the image, optional CPU and memory limits, and this
+        host's Python prefix and virtualenv mounted read-only at their own paths."""
+        import sys
+
+        kw: dict[str, Any] = {
+            "environment": {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
+            "volumes": {},
+            "pids_limit": 512,
+        }
+        roots: list[Path] = []
+        for p in (Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
+            if p.exists() and not any(p.is_relative_to(r) for r in roots):
+                roots.append(p)
+        for p in roots:
+            kw["volumes"][str(p)] = {"bind": str(p), "mode": "ro"}
+        kw["environment"]["PATH"] = ":".join(
+            [f"{sys.prefix}/bin", f"{sys.base_prefix}/bin", "/usr/local/bin:/usr/bin:/bin"]
+        )
+        if cpus is not None:
+            kw["nano_cpus"] = int(cpus * 1e9)
+        if memory is not None:
+            kw["mem_limit"] = kw["memswap_limit"] = _parse_memory(memory)
+        return cls(image=image, base_kwargs=kw)
+
+
+def _parse_memory(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not m:
+        raise ValueError(f"memory '{text}': write e.g. 512m or 4g")
+    return int(float(m.group(1)) * 1024 ** "_kmgt".index(m.group(2) or "_"))
+
+
+class Cgroup:
+    """A container's cgroup, found from one of its processes (v1 or v2)."""
+
+    def __init__(self, pid: int, root: Path = Path("/sys/fs/cgroup"), proc: str | None = None):
+        """``proc``: the text of ``/proc/<pid>/cgroup`` (read when not given)."""
+        self.v1: dict[str, Path] = {}
+        self.v2: Path | None = None
+        proc = Path(f"/proc/{pid}/cgroup").read_text() if proc is None else proc
+        for line in proc.splitlines():
+            _, controllers, path = line.split(":", 2)
+            rel = path.lstrip("/")
+            if controllers == "":
+                self.v2 = root / rel
+            for c in controllers.split(","):
+                if c in ("memory", "cpuacct", "cpu"):
+                    self.v1[c] = root / controllers / rel
+        where = self.v1.get("memory", self.v2)
+        if where is None or not where.is_dir():
+            raise RuntimeError(f"the cgroup of pid {pid} is not readable here ({where})")
+
+    @staticmethod
+    def _stat(path: Path) -> dict[str, int]:
+        out = {}
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                out[k] = int(v)
+        return out
+
+    def pids(self) -> list[int]:
+        where = self.v1.get("memory", self.v2)
+        assert where is not None
+        return [int(x) for x in (where / "cgroup.procs").read_text().split()]
+
+    def tree_rss(self, skip: int) -> int:
+        """Sum of the resident set sizes of the cgroup's processes but ``skip``
+        (the container's idle PID 1): the same meaning as process isolation's."""
+        total = 0
+        for pid in self.pids():
+            if pid != skip:
+                with contextlib.suppress(psutil.Error):
+                    total += psutil.Process(pid).memory_info().rss
+        return total
+
+    def rss_bytes(self) -> int:
+        """Anonymous + mapped memory charged to the cgroup (not page cache)."""
+        if "memory" in self.v1:
+            s = self._stat(self.v1["memory"] / "memory.stat")
+            return s.get("total_rss", s.get("rss", 0)) + s.get(
+                "total_mapped_file", s.get("mapped_file", 0)
+            )
+        assert self.v2 is not None
+        s = self._stat(self.v2 / "memory.stat")
+        return s.get("anon", 0) + s.get("file_mapped", 0)
+
+    def cpu_s(self) -> float:
+        if "cpuacct" in self.v1:
+            return int((self.v1["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+        assert self.v2 is not None
+        return self._stat(self.v2 / "cpu.stat")["usage_usec"] / 1e6
+
+    def throttled_s(self) -> float | None:
+        try:
+            if "cpu" in self.v1:
+                return self._stat(self.v1["cpu"] / "cpu.stat").get("throttled_time", 0) / 1e9
+            if self.v2 is not None:
+                return self._stat(self.v2 / "cpu.stat").get("throttled_usec", 0) / 1e6
+        except OSError:
+            return None
+        return None
+
+
+def _lchown_tree(path: Path, uid: int, gid: int) -> None:
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(root, name), uid, gid)
+    os.lchown(path, uid, gid)
+
+
+#: Jobs whose result the command itself writes: a process left running after
+#: the command exits could rewrite it, so leftovers fail the run.
+LEFTOVER_ROLES = frozenset({"run"})
+
+
+class ContainerHandle:
+    """One job in its own fresh container (see :class:`ContainerIsolation`)."""
+
+    def __init__(self, iso: ContainerIsolation, job: Job):
+        self.iso, self.job = iso, job
+        self.api = iso.client.api
+        kw = iso.create_kwargs(job)
+        self.name = kw["name"]
+        self.container = iso.client.containers.create(**kw)
+        self.cid = self.container.id
+        self.exec_id: str | None = None
+        self.result: CommandResult | None = None
+        self.host = "127.0.0.1"
+        try:
+            self._begin()
+        except Exception:
+            self._remove()
+            raise
+
+    def _begin(self) -> None:
+        job, iso = self.job, self.iso
+        self.container.start()
+        self.container.reload()
+        self.init_pid = int(self.container.attrs["State"]["Pid"])
+        self.cgroup = Cgroup(self.init_pid)
+        if job.network:
+            nets = self.container.attrs["NetworkSettings"]["Networks"]
+            self.host = nets[job.network]["IPAddress"]
+        self.cpu0 = self.cgroup.cpu_s()
+        thr = self.cgroup.throttled_s()
+        self.thr0 = thr if thr is not None else 0.0
+        env = {**iso.env, **job.env, **iso.paths(job), "HOME": CONTAINER_HOME}
+        wrapper = 'mkdir -p "$HOME" && exec /bin/sh -c "$1"'
+        self.exec_id = self.api.exec_create(
+            self.cid,
+            ["/bin/sh", "-c", wrapper, "rsi-job", job.command],
+            user=iso.user,
+            environment=env,
+            workdir=SRC_MOUNT,
+        )["Id"]
+        self.t0 = time.perf_counter()
+        self.output = _Output(job.ready_pattern, self.t0)
+        stream = self.api.exec_start(self.exec_id, stream=True, demux=True)
+        self.reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.reader.start()
+        self.peak = 0
+        self.end: float | None = None
+        self.pidfd = self._exec_pidfd()
+
+    def _read(self, stream) -> None:
+        with contextlib.suppress(Exception):  # the container went away: the result says why
+            for out, err in stream:
+                if out:
+                    self.output.stdout(out)
+                if err:
+                    self.output.stderr(err)
+
+    def _exec_pidfd(self) -> int | None:
+        deadline = time.perf_counter() + 10
+        while time.perf_counter() < deadline:
+            info = self.api.exec_inspect(self.exec_id)
+            if info.get("Pid"):
+                try:
+                    return os.pidfd_open(int(info["Pid"]))
+                except ProcessLookupError:
+                    break
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                break
+            time.sleep(0.002)
+        self.end = time.perf_counter()  # already gone
+        return None
+
+    def running(self) -> bool:
+        if self.end is None and self.pidfd is not None:
+            if select.select([self.pidfd], [], [], 0)[0]:
+                self._mark_end()
+        return self.end is None
+
+    def _mark_end(self, exited: bool = True) -> None:
+        self.end = time.perf_counter()
+        # First, before anything else: a process the command left behind could
+        # still rewrite its result. Kill every one of them at once and count them.
+        check = exited and self.job.role in LEFTOVER_ROLES
+        self.leftover = self._kill_leftovers() if check else 0
+        self._sample()
+        with contextlib.suppress(OSError):
+            self.cpu1 = self.cgroup.cpu_s()
+            self.thr1 = self.cgroup.throttled_s()
+
+    def _kill_leftovers(self) -> int:
+        """Kill the job's processes still alive after its command exited (the
+        container's idle PID 1 and its init are not the job's); their number."""
+        try:
+            pids = self.cgroup.pids()
+        except OSError:
+            return 0
+        uid = int(self.iso.user.split(":")[0])
+        left = 0
+        for pid in pids:
+            if pid == self.init_pid:
+                continue
+            try:
+                st = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in st.splitlines() if ":" in line)
+            if fields.get("State", "").strip().startswith("Z"):
+                continue
+            if int(fields.get("Uid", "-1").split()[0]) != uid:
+                continue
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            left += 1
+        return left
+
+    def _sample(self) -> None:
+        with contextlib.suppress(OSError):
+            self.peak = max(self.peak, self.cgroup.tree_rss(self.init_pid))
+
+    def wait_ready(self, timeout_s: float) -> float | None:
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline and self.output.ready_at is None and self.running():
+            self.output.ready.wait(0.02)
+        return self.output.ready_at
+
+    def wait(self) -> CommandResult:
+        deadline = self.t0 + self.job.timeout_s
+        poller = select.poll()
+        if self.pidfd is not None:
+            poller.register(self.pidfd, select.POLLIN)
+        timed_out = False
+        while self.end is None:
+            self._sample()
+            if poller.poll(int(POLL_S * 1000)):
+                self._mark_end()
+                break
+            if time.perf_counter() > deadline:
+                timed_out = True
+                self._mark_end(exited=False)
+                break
+        return self._finish(timed_out)
+
+    def stop(self) -> CommandResult:
+        if self.running():
+            self._mark_end()
+        return self._finish(False)
+
+    def _finish(self, timed_out: bool) -> CommandResult:
+        if self.result is not None:
+            return self.result
+        wall = (self.end or time.perf_counter()) - self.t0
+        cpu1 = getattr(self, "cpu1", None)
+        thr1 = getattr(self, "thr1", None)
+        with contextlib.suppress(Exception):
+            self.container.kill()  # the whole cgroup dies: nothing outlives the job
+        exit_code = self._exit_code()
+        self.reader.join(timeout=5.0)
+        self._remove()
+        self.output.finish()
+        out, err = self.output.tails()
+        extra: dict[str, Any] = {"container": self.name}
+        if getattr(self, "leftover", 0):
+            extra["leftover_processes"] = self.leftover
+        if thr1 is not None:
+            extra["throttled_s"] = max(0.0, thr1 - self.thr0)
+        self.result = CommandResult(
+            returncode=-9 if timed_out else exit_code,
+            wall_s=wall,
+            timed_out=timed_out,
+            stdout_tail=out,
+            stderr_tail=err,
+            peak_rss_mib=self.peak / (1024 * 1024),
+            ready_s=self.output.ready_at,
+            cpu_s=None if cpu1 is None else max(0.0, cpu1 - self.cpu0),
+            error="" if timed_out or exit_code is not None else "the job's exit status is unknown",
+            extra=extra,
+        )
+        return self.result
+
+    def _exit_code(self, wait_s: float = 5.0) -> int | None:
+        """The command's exit status as Docker recorded it (it marks an exec done
+        only once its output streams close: the kill above closes them)."""
+        deadline = time.perf_counter() + wait_s
+        while time.perf_counter() < deadline:
+            try:
+                info = self.api.exec_inspect(self.exec_id)
+            except Exception:  # noqa: BLE001
+                return None
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.01)
+        return None
+
+    def _remove(self) -> None:
+        if getattr(self, "pidfd", None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
+        try:
+            self.container.remove(force=True)
+        except Exception as e:  # noqa: BLE001
+            if "No such container" not in str(e):
+                raise
+
+
+class ContainerIsolation:
+    """Every job in its own fresh Docker container, killed and removed at its end.
+
+    The container of a job gets, on top of the spec's ``base_kwargs``:
+
+    * the checkout at ``/rsi/src`` (the working directory), read-only; only a
+      ``setup`` job gets its arm's checkout read-write (the checkout is then
+      chowned to the sandbox user when the verifier runs as root);
+    * a fresh tmpfs ``/tmp`` with ``HOME=/tmp/home`` (nothing persists between jobs);
+    * a read-only root filesystem, all capabilities dropped, ``no-new-privileges``;
+    * no network, except a serving run's server and client, which share a
+      docker network created ``--internal`` for that one run;
+    * the job's own result dir (a host dir created fresh for it, the only
+      writable mount) at ``/rsi/run``: ``RSI_RESULT=/rsi/run/result.json``,
+      ``RSI_OUTPUT_DIR=/rsi/run/outputs``; an evaluator's input read-only at
+      ``/rsi/input`` (``RSI_INPUT_DIR``).
+
+    PID 1 is a ``sleep`` running as ``nobody``, so the command (run through
+    ``docker exec`` as the spec's ``user``, 1000:1000 by default) cannot end
+    the container early. The verifier times the command with a pidfd, reads
+    the cgroup (``cpu_s`` = CPU time of the container, user + system;
+    ``peak_rss_mib`` = the largest sum of RSS over the cgroup's processes,
+    polled every 10 ms; ``throttled_s``), then kills the container: its whole
+    cgroup dies, and it is removed.
+
+    Isolation spec JSON (``--isolation-spec FILE``)::
+
+        {"image": "rsi-bot/base:bookworm",
+         "base_kwargs": {"user": "1000:1000", "cap_drop": ["ALL"],
+                         "security_opt": ["no-new-privileges"], "mem_limit": 4294967296,
+                         "memswap_limit": 4294967296, "nano_cpus": 2000000000,
+                         "pids_limit": 512,
+                         "volumes": {"/usr/lib/python3": {"bind": "/usr/lib/python3",
+                                                          "mode": "ro"}},
+                         "environment": {"PATH": "...", "PYTHONUNBUFFERED": "1"},
+                         "devices": ["/dev/davinci0:/dev/davinci0:rwm"],
+                         "device_requests": [{"Driver": "", "Count": -1, "DeviceIDs": [],
+                                              "Capabilities": [["gpu"]], "Options": {}}]}}
+
+    ``base_kwargs`` uses docker SDK ``containers.create`` names; the keys in
+    ``ALLOWED_KWARGS`` are used, those in ``REPLACED_KWARGS`` (command, name,
+    network_mode, ...) are accepted and replaced, any other key is refused.
+    Every volume is mounted read-only whatever its mode says.
+    """
+
+    kind = "container"
+
+    def __init__(self, spec: IsolationSpec, client=None):
+        if client is None:
+            import docker  # lazily: the verifier imports without docker
+
+            client = docker.from_env(timeout=120)
+        self.client = client
+        self.spec = spec
+        kw = dict(spec.base_kwargs)
+        self.user = str(kw.pop("user", "1000:1000"))
+        self.env = {str(k): str(v) for k, v in dict(kw.pop("environment", {}) or {}).items()}
+        self.base = kw
+
+    def paths(self, job: Job) -> dict[str, str]:
+        out = {}
+        if job.run_dir is not None:
+            out = {
+                "RSI_RESULT": f"{RUN_MOUNT}/result.json",
+                "RSI_OUTPUT_DIR": f"{RUN_MOUNT}/outputs",
+            }
+        if job.input_dir is not None:
+            out["RSI_INPUT_DIR"] = INPUT_MOUNT
+        return out
+
+    def create_kwargs(self, job: Job) -> dict[str, Any]:
+        """``containers.create`` arguments for ``job`` (pure but for the spec)."""
+        kw = {k: v for k, v in self.base.items() if k not in ("volumes", "tmpfs")}
+        volumes = {
+            src: {"bind": (m or {}).get("bind", src), "mode": "ro"}
+            for src, m in dict(self.base.get("volumes") or {}).items()
+        }
+        volumes[str(Path(job.checkout).resolve())] = {
+            "bind": SRC_MOUNT,
+            "mode": "rw" if job.writable else "ro",
+        }
+        if job.run_dir is not None:
+            volumes[str(job.run_dir)] = {"bind": RUN_MOUNT, "mode": "rw"}
+        if job.input_dir is not None:
+            volumes[str(job.input_dir)] = {"bind": INPUT_MOUNT, "mode": "ro"}
+        for path in job.read_only_paths:
+            volumes.setdefault(path, {"bind": path, "mode": "ro"})
+        size = re.search(r"size=([^,]+)", str((self.base.get("tmpfs") or {}).get("/tmp", "")))
+        if "device_requests" in kw:
+            kw["device_requests"] = [_device_request(r) for r in kw["device_requests"]]
+        kw.update(
+            image=self.spec.image,
+            command=["sleep", "infinity"],
+            user="65534:65534",
+            working_dir="/",
+            volumes=volumes,
+            tmpfs={
+                "/tmp": f"rw,exec,nosuid,nodev,size={size.group(1) if size else '1g'},mode=1777"
+            },
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=sorted({*kw.get("security_opt", ()), "no-new-privileges"}),
+            detach=True,
+            name=f"rsi-verify-{job.role}-{uuid.uuid4().hex[:12]}",
+            labels={**dict(kw.get("labels") or {}), "rsi-bot.verifier": job.role},
+        )
+        if job.network:
+            kw["network"] = job.network
+        else:
+            kw["network_mode"] = "none"
+        return kw
+
+    def start(self, job: Job) -> ContainerHandle:
+        if not Path(job.checkout).is_dir():
+            raise FileNotFoundError(f"checkout {job.checkout} is not a directory")
+        if job.writable and os.geteuid() == 0:
+            uid, gid = (int(x) for x in (self.user + ":" + self.user).split(":")[:2])
+            _lchown_tree(Path(job.checkout), uid, gid)
+        return ContainerHandle(self, job)
+
+    @contextlib.contextmanager
+    def private_network(self) -> Iterator[str | None]:
+        net = self.client.networks.create(
+            f"rsi-verify-{uuid.uuid4().hex[:12]}", driver="bridge", internal=True,
+            labels={"rsi-bot.verifier": "net"},
+        )  # fmt: skip
+        try:
+            yield net.name
+        finally:
+            with contextlib.suppress(Exception):
+                net.remove()
+
+    def server_port(self) -> int:
+        return SERVER_PORT
+
+    def prepare_dir(self, path: Path) -> None:
+        (path / "outputs").mkdir(parents=True, exist_ok=True)
+        uid, gid = (int(x) for x in (self.user + ":" + self.user).split(":")[:2])
+        for p in (path, path / "outputs"):
+            try:
+                os.chown(p, uid, gid)
+            except PermissionError:
+                os.chmod(p, 0o777)  # its parent is private (0700): only this job mounts it
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+
+def _device_request(r: Any):
+    from docker.types import DeviceRequest
+
+    if isinstance(r, DeviceRequest) or not isinstance(r, dict):
+        return r
+    api = {"Driver": "driver", "Count": "count", "DeviceIDs": "device_ids",
+           "Capabilities": "capabilities", "Options": "options"}  # fmt: skip
+    kw = {api.get(k, k): v for k, v in r.items() if v is not None}
+    return DeviceRequest(**kw)
+
+
+def from_options(
+    kind: str,
+    spec_file: Path | None = None,
+    *,
+    image: str | None = None,
+    cpus: float | None = None,
+    memory: str | None = None,
+) -> Isolation:
+    """The CLI's choice: ``process``, or ``container`` with a spec file or a
+    simple spec from ``image``/``cpus``/``memory``. Raises ValueError."""
+    if kind == "process":
+        if spec_file or image:
+            raise ValueError("--isolation-spec and --image need --isolation container")
+        return ProcessIsolation()
+    if kind != "container":
+        raise ValueError(f"--isolation must be 'process' or 'container', got {kind!r}")
+    if spec_file is not None and image is not None:
+        raise ValueError("give --isolation-spec or --image, not both")
+    if spec_file is not None:
+        spec = IsolationSpec.from_file(spec_file)
+    elif image is not None:
+        spec = IsolationSpec.simple(image, cpus=cpus, memory=memory)
+    else:
+        raise ValueError("--isolation container needs --isolation-spec FILE or --image IMAGE")
+    return ContainerIsolation(spec)
+
+
+def spec_json(spec: IsolationSpec) -> str:
+    return json.dumps(spec.model_dump(), indent=2, default=str)
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
