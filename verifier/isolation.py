@@ -608,7 +608,9 @@ class ContainerHandle:
             if not info.get("Running") and info.get("ExitCode") is not None:
                 break
             time.sleep(0.002)
-        self.end = time.perf_counter()  # already gone
+        # already gone before its pid could be watched: the same end as any
+        # other (leftovers killed and counted, the cgroup read)
+        self._mark_end()
         return None
 
     def running(self) -> bool:

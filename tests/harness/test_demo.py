@@ -176,12 +176,15 @@ def test_demo_with_only_a_bad_patch_misses_the_gain_target(tmp_path):
 
 
 @pytest.mark.torch
+@pytest.mark.docker
 @pytest.mark.slow
 def test_reduced_demo_for_real(tmp_path):
-    """One overhead fix and one bad patch, measured in-process with few pairs:
-    the bad patch is rejected by the output-length guard whatever the noise."""
+    """One overhead fix and one bad patch, measured as the demo measures them
+    (the verifier on the host, every server, client and evaluator run in its own
+    container) with few pairs: the bad patch is rejected by the output-length
+    guard whatever the noise."""
     console, _ = _console()
-    res = run_demo(tmp_path / "d", verify="inprocess", console=console, live=False,
+    res = run_demo(tmp_path / "d", verify="sandbox", console=console, live=False,
                    patches=[GOOD[2], BAD[0]], tuner_rounds=0,
                    overrides={"verifier": {"initial_pairs": 2, "step": 2, "max_pairs": 2, "calibration_pairs": 2,
                                            "alpha": 0.3},

@@ -67,6 +67,10 @@ warmup = 1
 initial_pairs = 8
 step = 4
 max_pairs = 16
+# the timed loop is a small part of each run (mostly Python's start) and no
+# ready pattern marks it: the wall clock cannot confirm its self-reported gain.
+# These tests judge the rule and the guards; test_provenance judges the check.
+cross_check = false
 '''
 
 BASE_WORK = 150_000
