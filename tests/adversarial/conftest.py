@@ -41,8 +41,17 @@ class SharedCalibration:
         self.name = getattr(inner, "name", "sandbox")
         self.calibration: dict[str, Any] | None = None
 
+    #: calibrations tried before the refusal stands: the suite judges the
+    #: defences, and one noisy moment of a shared 2-core machine (another
+    #: process starting) must not refuse a whole mode's cases
+    ATTEMPTS = 3
+
     def calibrate(self, ref, spec, **kw):
-        if self.calibration is None:
+        from harness.verification import calibration_ok
+
+        for _ in range(self.ATTEMPTS):
+            if self.calibration is not None and calibration_ok(self.calibration, spec.min_gain)[0]:
+                break
             self.calibration = self.inner.calibrate(ref, spec, **kw)
         return self.calibration
 

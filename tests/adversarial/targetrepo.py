@@ -16,9 +16,9 @@ into a fresh git repo, with a repo config for one of two modes.
   left against the reference for the hidden seed.
 
 Settings are minimal so that one verification takes well under a minute:
-no warm-up, 4 pairs first (a clear reject stops there), up to 12 (so that
+no warm-up, 4 pairs first (a clear reject stops there), up to 16 (so that
 calibration on a busy 2-core machine, per-pair spread up to ~20%, does not
-refuse the task), 5 calibration pairs, and ``min_gain = 0.25``: the honest
+refuse the task), 8 calibration pairs, and ``min_gain = 0.25``: the honest
 speedup is ~1.5x, and every cheat, had it worked, would show ~1.6x. The suite
 tests the trust boundary, not the precision of guards: the benchmarks report
 no latency series (no p99 guard on 24 requests), and explicit loose guards
@@ -46,8 +46,8 @@ _COMMON_TAIL = f"""
 warmup = 0
 initial_pairs = 4
 step = 4
-max_pairs = 12
-calibration_pairs = 5
+max_pairs = 16
+calibration_pairs = 8
 
 [hidden]
 seed_env = "{HIDDEN_SEED_ENV}"
@@ -131,7 +131,7 @@ max_ratio = 1.5
 kind = "output_length"
 output = "answers"
 max_change = 0.02
-""" + _COMMON_TAIL.replace("calibration_pairs = 5\n", "calibration_pairs = 5\nrequire_external = true\n")
+""" + _COMMON_TAIL.replace("calibration_pairs = 8\n", "calibration_pairs = 8\nrequire_external = true\n")
 
 CPU_CONFIG = INPROC_CONFIG.replace(
     'metric = "throughput"\nmin_gain = 0.25', 'metric = "cpu_s"\nmin_gain = 0.25'
