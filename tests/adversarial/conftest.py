@@ -44,7 +44,7 @@ class SharedCalibration:
     #: calibrations tried before the refusal stands: the suite judges the
     #: defences, and one noisy moment of a shared 2-core machine (another
     #: process starting) must not refuse a whole mode's cases
-    ATTEMPTS = 3
+    ATTEMPTS = 4
 
     def calibrate(self, ref, spec, **kw):
         from harness.verification import calibration_ok

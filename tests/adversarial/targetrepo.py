@@ -16,9 +16,9 @@ into a fresh git repo, with a repo config for one of two modes.
   left against the reference for the hidden seed.
 
 Settings are minimal so that one verification takes well under a minute:
-no warm-up, 4 pairs first (a clear reject stops there), up to 16 (so that
+no warm-up, 4 pairs first (a clear reject stops there), up to 20 (so that
 calibration on a busy 2-core machine, per-pair spread up to ~20%, does not
-refuse the task), 8 calibration pairs, and ``min_gain = 0.25``: the honest
+refuse the task), 8 calibration pairs, and ``min_gain = 0.30``: the honest
 speedup is ~1.5x, and every cheat, had it worked, would show ~1.6x. The suite
 tests the trust boundary, not the precision of guards: the benchmarks report
 no latency series (no p99 guard on 24 requests), and explicit loose guards
@@ -46,7 +46,7 @@ _COMMON_TAIL = f"""
 warmup = 0
 initial_pairs = 4
 step = 4
-max_pairs = 16
+max_pairs = 20
 calibration_pairs = 8
 
 [hidden]
@@ -76,7 +76,7 @@ throughput = "higher"
 [objective]
 benchmark = "answers"
 metric = "throughput"
-min_gain = 0.25
+min_gain = 0.30
 
 [[guards]]
 metric = "startup_s"
@@ -113,7 +113,7 @@ accuracy = "higher"
 [objective]
 benchmark = "answers"
 metric = "throughput"
-min_gain = 0.25
+min_gain = 0.30
 
 [[guards]]
 metric = "accuracy"
@@ -134,7 +134,7 @@ max_change = 0.02
 """ + _COMMON_TAIL.replace("calibration_pairs = 8\n", "calibration_pairs = 8\nrequire_external = true\n")
 
 CPU_CONFIG = INPROC_CONFIG.replace(
-    'metric = "throughput"\nmin_gain = 0.25', 'metric = "cpu_s"\nmin_gain = 0.25'
+    'metric = "throughput"\nmin_gain = 0.30', 'metric = "cpu_s"\nmin_gain = 0.30'
 )
 assert CPU_CONFIG != INPROC_CONFIG
 

@@ -86,7 +86,7 @@ def test_honest_patch_is_a_real_speedup_with_identical_outputs(repo: Path, tmp_p
     base, base_cpu = min_cpu(repo, tmp_path)
     res, fast_cpu = min_cpu(fast, tmp_path)
     assert res["outputs"] == base["outputs"]
-    assert 1.25 < base_cpu / fast_cpu < 1.95, (base_cpu, fast_cpu)  # above min_gain, below 2x
+    assert 1.1 < base_cpu / fast_cpu < 1.95, (base_cpu, fast_cpu)  # a real speedup, below 2x
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.agent == "replay"], ids=lambda c: c.name)
