@@ -186,13 +186,14 @@ def isolation_spec(spec: TaskSpec) -> dict[str, Any]:
     """``{"image", "base_kwargs"}`` for the verifier's ContainerIsolation: the
     runner profile's container settings (uid, no capabilities, limits,
     devices, the host's Python mounted read-only), without what the verifier
-    sets per run (command, workdir, network, name). Hidden inputs that are
-    host paths are mounted read-only."""
+    sets per run (command, workdir, network, name).
+
+    Hidden inputs are NOT in the base: every container would get them,
+    the candidate's server and setup included. The verifier mounts a hidden
+    host path read-only only into the jobs that may see it (the protected
+    client and evaluator, or the in-process benchmark)."""
     profile = spec.runner.active
     mounts = list(sandbox.python_mounts())
-    for value in spec.hidden.env.values():
-        if os.path.isabs(value) and os.path.exists(value):
-            mounts.append(sandbox.Mount(source=value, target=value, read_only=True))
     job = sandbox.SandboxJob(command=["true"], mounts=mounts, network=False)
     kw = sandbox.container_kwargs(
         job,

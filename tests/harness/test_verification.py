@@ -159,3 +159,22 @@ def test_containers_a_killed_verifier_left_are_reaped():
     c.start()
     assert reap_containers("test-reap") == 1
     assert client.containers.list(all=True, filters={"label": f"{RUN_LABEL}=test-reap"}) == []
+
+
+def test_hidden_host_paths_stay_out_of_every_containers_base(tmp_path: Path):
+    """A hidden input on the runner's disk is given only to the jobs that may
+    read it (the verifier mounts it per job). In the base kwargs it would reach
+    every container, the candidate's own server and setup included."""
+    from .target import CONFIG
+
+    secret = tmp_path / "hidden-prompts"
+    secret.mkdir()
+    cfg = CONFIG.replace("{python}", sys.executable) + f'\n[hidden]\nenv = {{ PROMPTS = "{secret}" }}\n'
+    from harness.spec import build_task
+
+    spec = build_task(cfg, "", "t")
+    assert spec.hidden.env == {"PROMPTS": str(secret)}
+    d = isolation_spec(spec)
+    volumes = d["base_kwargs"].get("volumes") or {}
+    assert str(secret) not in volumes and all(str(secret) not in str(v) for v in volumes.values())
+    assert any(v["mode"] == "ro" for v in volumes.values())  # the Python mounts are still there
