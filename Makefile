@@ -4,8 +4,11 @@
 #   make test          the whole test suite (Docker tests need the engine:
 #                      run scripts/setup-docker.sh, or .ci/run which does it)
 #   make demo          the main job: the loop on examples/tiny-tts
+#                      (NEIGHBOUR=1: with a background process using 1/4 of a core)
 #   make bench         the benchmark tables (verifier quality, harness
 #                      overhead, webhook load, kernels)
+#   make agents        the pinned agents venvs (mini-swe-agent, aider) that
+#                      the agent presets mount into the sandbox
 #
 # TORCH_SPEC overrides the torch pin for an accelerator, e.g.
 #   make test TORCH_SPEC="torch==2.5.1+cu124" PIP_EXTRA="--index-url ..."
@@ -19,7 +22,7 @@ PIP         := $(VENV)/bin/pip
 STAMP       := $(VENV)/.rsi-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo bench docker-image lint clean
+.PHONY: venv test demo bench docker-image agents task-md-example lint clean
 
 venv: $(STAMP)
 
@@ -33,11 +36,17 @@ $(STAMP): pyproject.toml
 docker-image:
 	bash scripts/setup-docker.sh
 
+agents: venv
+	bash scripts/setup-agents.sh
+
+task-md-example: venv
+	$(PY) -m harness.agents.taskmd examples/tiny-tts --out docs/task-md-example.md
+
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: venv docker-image
-	$(PY) -m harness.demo
+	$(PY) -m harness.demo $(if $(NEIGHBOUR),--neighbour)
 
 bench: venv
 	$(PY) benchmarks/verifier_quality.py
@@ -49,4 +58,4 @@ lint: venv
 	$(PY) -m ruff check bot harness verifier kernels tests benchmarks
 
 clean:
-	rm -rf $(VENV) rsi-demo .pytest_cache
+	rm -rf $(VENV) .agents-venv rsi-demo .pytest_cache

@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from prometheus_client.core import GaugeMetricFamily
 from starlette.routing import Route
 
-from bot import webhook
+from bot import obs, webhook
 from bot.settings import Settings
 from bot.store import JOB_STATES, Store
 
@@ -181,6 +181,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
             deliveries.labels(ev.name, "not_served").inc()
             return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": "ignored",
                          "reason": why}
+        obs.bind_delivery(ev.delivery_id, ev.key)  # this request's task only (asyncio copies)
         try:
             job_id = await batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body)
         except Exception:
@@ -190,6 +191,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
             return 503, {"error": "could not store the delivery"}
         outcome = "accepted" if job_id is not None else "duplicate"
         deliveries.labels(ev.name, outcome).inc()
+        log.info("delivery %s", outcome, extra={"job_id": job_id})
         return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": outcome}
 
     async def webhook_endpoint(scope, receive, send) -> None:
@@ -221,6 +223,22 @@ def create_app(settings: Settings, *, store: Store | None = None,
 
     app.router.routes.insert(0, Route("/webhook", _AsgiApp(webhook_endpoint), methods=["POST"]))
 
+    from bot import setup_flow
+
+    setup_flow.mount(app, settings)  # GET /setup: a status page (the flow is `rsi setup`)
+
+    if settings.web_enabled:  # read-only task pages (the DB only, never GitHub)
+        from bot import web
+        from bot.gh import web_root
+
+        oauth = (web.OAuth(settings.web_oauth_client_id, settings.web_oauth_client_secret,
+                           web_root(settings.github_api_url), settings.github_api_url,
+                           settings.public_url or "")
+                 if settings.web_oauth_client_id and settings.web_oauth_client_secret else None)
+        web.mount(app, store=store, tokens=settings.web_token,
+                  web_root=web_root(settings.github_api_url), oauth=oauth,
+                  secure_cookie=(settings.public_url or "").startswith("https://"))
+
     @app.get("/healthz")
     async def healthz() -> Response:
         return JSONResponse({"ok": True})
@@ -228,6 +246,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     @app.get("/metrics")
     async def metrics() -> Response:
         data = await run_in_threadpool(generate_latest, registry)
-        return Response(data, media_type=CONTENT_TYPE_LATEST)
+        ops = await run_in_threadpool(generate_latest, obs.REGISTRY)  # job durations
+        return Response(data + ops, media_type=CONTENT_TYPE_LATEST)
 
     return app

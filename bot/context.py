@@ -1,6 +1,6 @@
 """What handlers and jobs get: settings, store, GitHub port, harness port.
 
-Everything with I/O is a field, so tests pass fakes (STYLE item 6).
+Everything with I/O is a field, so tests pass fakes (docs/architecture.md, habit 6).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The bot's narrow port in front of GitHub.
 
-`GitHubPort` lists exactly the GitHub calls the bot makes (STYLE.md item 2);
+`GitHubPort` lists exactly the GitHub calls the bot makes (docs/architecture.md, habit 2);
 everything else in bot/ talks to GitHub only through it. Results are small
 frozen dataclasses, so callers never touch PyGithub objects, and every failure
 is a `GitHubError` (with `status` and `retryable`), never a PyGithub exception.
@@ -115,6 +115,23 @@ class CheckRunInfo:
 
 
 @dataclass(frozen=True)
+class WorkflowRunInfo:
+    id: int
+    status: str  # queued | in_progress | completed ...
+    conclusion: str | None
+    html_url: str = ""
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """GitHub's core rate limit as of the last response (no request is made to read it)."""
+
+    remaining: int
+    limit: int
+    reset_at: float
+
+
+@dataclass(frozen=True)
 class ArtifactInfo:
     id: int
     name: str
@@ -207,7 +224,22 @@ class GitHubPort(Protocol):
 
     def update_check_run(self, repo: str, check_run_id: int, *, status: str | None = None,
                          conclusion: str | None = None, title: str | None = None,
-                         summary: str | None = None) -> CheckRunInfo: ...
+                         summary: str | None = None,
+                         details_url: str | None = None) -> CheckRunInfo: ...
+
+    def branch_sha(self, repo: str, branch: str) -> str | None:
+        """The commit a branch points at; None when there is no such branch."""
+        ...
+
+    def workflow_run(self, repo: str, run_id: int) -> WorkflowRunInfo: ...
+
+    def cancel_workflow_run(self, repo: str, run_id: int) -> bool:
+        """Ask GitHub to cancel a run; False when it already finished (409)."""
+        ...
+
+    def rate_limit(self) -> RateLimit | None:
+        """The lowest remaining core rate limit seen on any client (None: no response yet)."""
+        ...
 
     def dispatch_workflow(self, repo: str, workflow_file: str, ref: str,
                           inputs: Mapping[str, str]) -> int | None:
@@ -509,10 +541,13 @@ class PyGithubPort:
 
     def update_check_run(self, repo: str, check_run_id: int, *, status: str | None = None,
                          conclusion: str | None = None, title: str | None = None,
-                         summary: str | None = None) -> CheckRunInfo:
+                         summary: str | None = None,
+                         details_url: str | None = None) -> CheckRunInfo:
         from github.CheckRun import CheckRun
 
         kw: dict[str, Any] = {}
+        if details_url:
+            kw["details_url"] = details_url
         if status:
             kw["status"] = status
         if conclusion:
@@ -544,6 +579,45 @@ class PyGithubPort:
             if e.status in (400, 422) and "return_run_details" in str(e):
                 return self._call("POST", path, lambda: go(False))  # a server without it
             raise
+
+    def branch_sha(self, repo: str, branch: str) -> str | None:
+        try:
+            return self._call("GET", f"/repos/{repo}/branches/{branch}",
+                              lambda: self._repo(repo).get_branch(branch).commit.sha)
+        except NotFound:
+            return None
+
+    def workflow_run(self, repo: str, run_id: int) -> WorkflowRunInfo:
+        def go() -> WorkflowRunInfo:
+            w = self._repo(repo).get_workflow_run(int(run_id))
+            return WorkflowRunInfo(id=w.id, status=w.status or "", conclusion=w.conclusion,
+                                   html_url=w.html_url or "")
+
+        return self._call("GET", f"/repos/{repo}/actions/runs/{run_id}", go)
+
+    def cancel_workflow_run(self, repo: str, run_id: int) -> bool:
+        def go() -> bool:
+            r = self._repo(repo)
+            r.requester.requestJsonAndCheck("POST", f"{r.url}/actions/runs/{int(run_id)}/cancel")
+            return True
+
+        try:
+            return self._call("POST", f"/repos/{repo}/actions/runs/{run_id}/cancel", go)
+        except GitHubError as e:
+            if e.status == 409:  # "Cannot cancel a workflow run that is completed."
+                return False
+            raise
+
+    def rate_limit(self) -> RateLimit | None:
+        seen = []
+        with self._lock:
+            clients = [*self._clients.values(), *self._lazy.values()]
+        for client in clients:
+            req = client.requester
+            remaining, limit = req.rate_limiting
+            if limit >= 0:
+                seen.append(RateLimit(remaining, limit, float(req.rate_limiting_resettime)))
+        return min(seen, key=lambda r: r.remaining) if seen else None
 
     def list_run_artifacts(self, repo: str, run_id: int) -> list[ArtifactInfo]:
         from github.Artifact import Artifact
@@ -582,6 +656,16 @@ class PyGithubPort:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def web_root(api_url: str | None) -> str:
+    """GitHub's web address for a REST base URL: https://github.com for
+    api.github.com, https://HOST for GHE's https://HOST/api/v3 (the fake GitHub
+    serves both at one root)."""
+    api = (api_url or "").rstrip("/")
+    if api in ("https://api.github.com", ""):
+        return "https://github.com"
+    return api.removesuffix("/api/v3")
 
 
 def _split(repo: str) -> tuple[str, str]:

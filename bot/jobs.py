@@ -17,9 +17,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bot import render, sticky
+from bot import checks, obs, render, sticky
 from bot.context import Context, harness_task_id, task_lane
-from bot.gh import GitHubError
+from bot.gh import GitHubError, web_root
 from bot.harness_port import SpecError, event_view
 from bot.status import refresh_status
 from bot.store import Candidate, Task
@@ -37,6 +37,7 @@ def _task(ctx: Context, run: JobRun) -> Task:
     task = ctx.store.task(run.payload["task_id"])
     if task is None:
         raise Permanent(f"task {run.payload['task_id']} does not exist")
+    obs.bind_task(task.id)
     return task
 
 
@@ -79,21 +80,9 @@ def _verdict(c: Candidate) -> Verdict | None:
     return Verdict.model_validate(c.verdict) if c.verdict else None
 
 
-def _history(ctx: Context, task: Task) -> list[tuple[str, float, float | None]]:
-    """The objective's value over rounds: B0, then each candidate."""
-    points: list[tuple[str, float]] = []
-    for c in ctx.store.candidates(task.id, generation=task.generation):
-        v = _verdict(c)
-        if v is None or v.objective is None:
-            continue
-        m = next((m for m in v.metrics if m.name == v.objective.metric), None)
-        if m is None:
-            continue
-        if not points and m.b0 is not None:
-            points.append(("B0", m.b0, m.b0))
-        if m.candidate is not None:
-            points.append((f"#{c.n}", m.candidate, m.bk))
-    return points
+def _history(ctx: Context, task: Task) -> list[Any]:
+    """The task's candidates as chart points: each one's gain vs the Bk of its session."""
+    return render.candidate_history(ctx.store.candidates(task.id, generation=task.generation))
 
 
 def _ledger(clone: Path, task: Task) -> list[Any]:
@@ -114,15 +103,37 @@ def _push(ctx: Context, task: Task, clone: Path, branch: str, *, lease: str | No
 
 
 def _post_report(ctx: Context, task: Task, cand: Candidate, verdict: Verdict, clone: Path | None,
-                 *, note: str = "") -> None:
+                 *, note: str = "", job_id: int | None = None) -> None:
+    """The PR's sticky report and its completed ``rsi/verifier`` check (the job's
+    live check on that commit when there is one, else a new one)."""
     ledger = _ledger(clone, task) if clone else []
+    links = report_links(ctx, task, cand, verdict)
     body = render.report_comment(verdict, pr_note=note, history=_history(ctx, task),
-                                 ledger=ledger)
+                                 ledger=ledger, links=links)
     sticky.upsert(ctx.gh, ctx.store, task.repo, cand.pr_number, render.REPORT, body,
                   login=ctx.login())
-    ctx.gh.create_check_run(task.repo, head_sha=verdict.shas.get("candidate") or cand.sha,
-                            external_id=f"{task.id}:{cand.generation}:{cand.n}",
-                            **render.check_run(verdict, note=note))
+    head = verdict.shas.get("candidate") or cand.sha
+    payload = render.check_run(verdict, note=note, links=links)
+    if not checks.finish(ctx, job_id, head_sha=head, **payload):
+        ctx.gh.create_check_run(task.repo, head_sha=head,
+                                external_id=f"{task.id}:{cand.generation}:{cand.n}",
+                                details_url=checks.details_url(ctx, task), **payload)
+    # a check left on an older head (the branch moved while queued) ends too
+    checks.finish(ctx, job_id, conclusion="neutral", title="superseded: the branch moved",
+                  summary=f"The verdict is on the branch's newer head `{render._short(head)}`.")
+
+
+def report_links(ctx: Context, task: Task, cand: Candidate, verdict: Verdict) -> Any:
+    """Links for the report: commits, compare views, the ledger file, the task page."""
+    from harness.report import ReportLinks
+
+    web = web_root(ctx.settings.github_api_url)
+    runs = [d.run_id for d in ctx.store.dispatches_of(task.id, pending=False) if d.run_id]
+    return ReportLinks(
+        repo_url=f"{web}/{task.repo}" if web else "", page_url=checks.details_url(ctx, task) or "",
+        branch=cand.branch or "", ledger_ref="rsi/ledger",
+        artifacts_url=f"{web}/{task.repo}/actions/runs/{runs[-1]}" if runs else "",
+        task_id=harness_task_id(task.issue, task.generation))
 
 
 # --------------------------------------------------------------------- run_task
@@ -135,13 +146,32 @@ class RunWatcher:
     (ingested from an ``actions`` run); ``finish`` records the run's outcome.
     """
 
-    def __init__(self, ctx: Context, task: Task, gen: int):
+    def __init__(self, ctx: Context, task: Task, gen: int, job_id: int | None = None):
         self.ctx, self.task, self.gen = ctx, task, gen
+        self.job_id = job_id  # its live check shows the progress
         self.note = ""
+        self.round: int | None = None
+
+    def _progress(self, v: Any) -> None:
+        """Round i/N and the pairs measured so far, on the job's live check."""
+        data = v.get("data") if isinstance(v.get("data"), dict) else {}
+        rnd = v.get("round") if isinstance(v.get("round"), int) else self.round
+        self.round = rnd
+        t = self.ctx.store.task(self.task.id)
+        phase = data.get("phase") if v.kind == "progress" else (
+            "baseline measured" if v.kind == "baseline" else "agent at work")
+        text = render.check_progress_text(
+            phase=str(phase or ""), round_=rnd, rounds=t.budget if t else None,
+            candidate=v.get("candidate") if isinstance(v.get("candidate"), int) else None,
+            pairs=data.get("pairs") if isinstance(data.get("pairs"), int) else None)
+        # (runs are left out: a PATCH per pair, not per benchmark run, is enough)
+        checks.progress(self.ctx, self.job_id, text)
 
     def __call__(self, ev: Any) -> None:
         ctx, task, gen = self.ctx, self.task, self.gen
         v = event_view(ev)
+        if v.kind in ("progress", "round_started", "baseline"):
+            self._progress(v)
         if v.kind == "baseline":
             t = ctx.store.task(task.id)
             sha = v.get("sha")
@@ -180,6 +210,7 @@ class RunWatcher:
             state = "stopped"
         ctx.store.update_task(task.id, generation=gen, state=state)
         _best_effort(refresh_status, ctx, task.id, note=self.note)
+        checks.finish_task_run(ctx, self.job_id, task, state)
         return state
 
 
@@ -193,16 +224,18 @@ def run_task(ctx: Context, run: JobRun) -> str:
         _best_effort(refresh_status, ctx, task.id)
         return "stopped before start"
     clone, default = ensure_clone(ctx, task)
+    checks.started(ctx, task, run.job.id, "run_task")
     try:
         spec = load_spec(ctx, task, clone, default)
     except SpecError as e:
         ctx.store.update_task(task.id, generation=gen, state="invalid")
         refresh_status(ctx, task.id, errors=e.errors)
+        checks.finish_task_run(ctx, run.job.id, task, "invalid")
         return f"invalid: {len(e.errors)} error(s)"
     reconcile(ctx, task, gen, clone)
     ctx.store.update_task(task.id, generation=gen, state="running" if task.b0_sha else "baseline")
     _best_effort(refresh_status, ctx, task.id)
-    watcher = RunWatcher(ctx, task, gen)
+    watcher = RunWatcher(ctx, task, gen, job_id=run.job.id)
 
     def should_stop() -> bool:
         t = ctx.store.task(task.id)
@@ -445,19 +478,24 @@ def reverify(ctx: Context, run: JobRun) -> str:
     git(clone, "fetch", "--quiet", "origin",
         f"+refs/heads/{cand.branch}:refs/heads/{cand.branch}", env=remote.git_env())
     head = rev_parse(clone, f"refs/heads/{cand.branch}")
+    checks.started(ctx, task, run.job.id, "reverify", head_sha=head, n=cand.n)
     try:
         spec = load_spec(ctx, task, clone, default)
     except SpecError as e:
         refresh_status(ctx, task.id, errors=e.errors)
+        checks.fail_job(ctx, run.job.id, "the task's proposal or repo config has errors: "
+                                         "see the status comment on the issue")
         return "invalid"
     verdict = ctx.harness.reverify(clone, spec, cand.branch,
                                    state_dir=ctx.harness_dir(task.repo, task.issue,
                                                              task.generation))
-    return apply_reverify(ctx, task, cand, verdict, head, clone, p.get("requested_by"))
+    return apply_reverify(ctx, task, cand, verdict, head, clone, p.get("requested_by"),
+                          job_id=run.job.id)
 
 
 def apply_reverify(ctx: Context, task: Task, cand: Candidate, verdict: Verdict, head: str | None,
-                   clone: Path | None, requested_by: str | None) -> str:
+                   clone: Path | None, requested_by: str | None, *,
+                   job_id: int | None = None) -> str:
     if not verdict.shas.get("candidate") and head:
         verdict = verdict.model_copy(update={"shas": {**verdict.shas, "candidate": head}})
     head = verdict.shas.get("candidate") or head
@@ -466,6 +504,6 @@ def apply_reverify(ctx: Context, task: Task, cand: Candidate, verdict: Verdict, 
                                       verdict=verdict.model_dump(mode="json", by_alias=True))
     note = render.reverified_note(verdict.shas.get("bk")) + (
         f" Requested by @{requested_by}." if requested_by else "")
-    _post_report(ctx, task, cand, verdict, clone, note=note)
+    _post_report(ctx, task, cand, verdict, clone, note=note, job_id=job_id)
     _best_effort(refresh_status, ctx, task.id)
     return f"reverified {cand.n}: {verdict.decision}"

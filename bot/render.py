@@ -1,7 +1,7 @@
 """Pure renderers: comment bodies, PR texts and check run payloads.
 
 Every function here is a function of data (verdicts, ledger records, task
-fields) returning text or a dict; nothing is sent from here (STYLE item 4).
+fields) returning text or a dict; nothing is sent from here (docs/architecture.md, habit 4).
 Untrusted text (hypotheses, proposal text and the errors quoting it, command
 arguments, verifier reasons, runner output) only enters through
 :func:`harness.text.inert` (or :func:`harness.text.fenced` for a block).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
-from harness.report import HistoryPoint, headline, render_markdown_report
+from harness.report import HistoryPoint, ReportLinks, headline, render_markdown_report
 from harness.text import fenced, inert
 from verifier.verdict import Verdict
 
@@ -82,40 +82,66 @@ def _short(sha: str | None) -> str:
 # --------------------------------------------------------------------- report
 
 
-def report_markdown(v: Verdict, *, history: Sequence[tuple[str, float]] = (),
-                    ledger: Sequence[Any] = (), max_chars: int = COMMENT_LIMIT) -> str:
+def report_markdown(v: Verdict, *, history: Sequence[HistoryPoint] = (),
+                    ledger: Sequence[Any] = (), max_chars: int = COMMENT_LIMIT,
+                    links: ReportLinks | None = None) -> str:
     """The verifier report: ``harness.report.render_markdown_report``, the same
-    report the demo writes."""
-    hist = None
-    if not ledger and history:
-        # (label, value) or (label, value, bk): Bk defaults to the previous step's
-        hist, bk = [], None
-        for point in history:
-            label, val = point[0], point[1]
-            bk = point[2] if len(point) > 2 and point[2] is not None else (bk or val)
-            hist.append(HistoryPoint(label=str(label), value=val, bk=bk))
+    report the demo writes. ``history``: the task's candidates as chart points
+    (the store's view, used when there is no ledger)."""
+    hist = list(history) if (history and not ledger) else None
     return render_markdown_report(v, history=hist, ledger=list(ledger), max_chars=max_chars,
-                                  title="rsi/verifier report")
+                                  title="rsi/verifier report", links=links)
 
 
-def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[tuple[str, float]] = (),
-                   ledger: Sequence[Any] = ()) -> str:
+def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[HistoryPoint] = (),
+                   ledger: Sequence[Any] = (), links: ReportLinks | None = None) -> str:
     """The PR's sticky report comment: marker, an optional note, the report."""
     note = pr_note.rstrip() + "\n\n" if pr_note else ""
     room = COMMENT_LIMIT - len(marker(REPORT)) - len(note) - 64
     return with_marker(note + report_markdown(v, history=history, ledger=ledger,
-                                              max_chars=room), REPORT)
+                                              max_chars=room, links=links), REPORT)
+
+
+def _gain_ci_from_ratio(o: dict[str, Any]) -> dict[str, float]:
+    """A gain interval from the ratio interval (older verdicts have only that)."""
+    ci = o.get("ratio_ci") or {}
+    lo, hi = ci.get("low"), ci.get("high")
+    if not all(isinstance(x, (int, float)) and x > 0 for x in (lo, hi)):
+        return {}
+    if o.get("direction") == "lower":
+        return {"low": 1 / hi - 1, "high": 1 / lo - 1}
+    return {"low": lo - 1, "high": hi - 1}
+
+
+def candidate_history(candidates: Iterable[Any]) -> list[HistoryPoint]:
+    """Chart points from stored candidates (``n``, ``state``, ``decision``,
+    ``verdict`` dict, ``hypothesis``): each one's gain vs the Bk of its own
+    session, kept (a PR: open, merged) or rolled back."""
+    status_of = {"open": "open", "merged": "merged", "conflict": "conflict", "closed": "rolled_back",
+                 "none": "rolled_back", "pending": "open"}
+    out = []
+    for c in candidates:
+        o = (c.verdict or {}).get("objective") or {}
+        ci = o.get("gain_ci") or _gain_ci_from_ratio(o)
+        gain = o.get("gain")
+        out.append(HistoryPoint(
+            label=f"#{int(c.n)}", value=None, bk=None, decision=c.decision,
+            hypothesis=c.hypothesis or "", gain=gain if isinstance(gain, (int, float)) else None,
+            gain_low=ci.get("low"), gain_high=ci.get("high"),
+            status=status_of.get(c.state, "rolled_back"), sha=c.sha or ""))
+    return out
 
 
 # --------------------------------------------------------------------- check run
 
 
-def check_run(v: Verdict, *, note: str = "") -> dict[str, Any]:
+def check_run(v: Verdict, *, note: str = "", links: ReportLinks | None = None) -> dict[str, Any]:
     """Arguments for ``GitHubPort.create_check_run`` (name and head sha added by the caller)."""
     icon, word = DECISION_WORDS.get(v.decision, ("", v.decision))
     title = inert(f"{word}: {v.reason}", plain=True, max_len=200)
     note = note.rstrip() + "\n\n" if note else ""
-    summary = note + report_markdown(v, max_chars=CHECK_SUMMARY_LIMIT - len(note) - 64)
+    summary = note + report_markdown(v, max_chars=CHECK_SUMMARY_LIMIT - len(note) - 64,
+                                     links=links)
     return {"conclusion": CONCLUSIONS.get(v.decision, "neutral"), "title": title,
             "summary": truncate(summary, CHECK_SUMMARY_LIMIT)}
 
@@ -126,6 +152,67 @@ def check_run_error(message: str) -> dict[str, Any]:
             "summary": truncate(f"The verifier could not run: {inert(message)}\n\n"
                                 "This says nothing about the change. `/rsi rerun` retries.",
                                 CHECK_SUMMARY_LIMIT)}
+
+
+# --------------------------------------------------------------------- live checks
+
+
+def check_queued(what: str, issue: int, n: int | None = None) -> dict[str, str]:
+    """Title and summary of a check run just queued (``what`` is the bot's own words)."""
+    cand = f" of candidate {int(n)}" if n is not None else ""
+    return {"title": f"queued: {what}{cand}",
+            "summary": f"Queued for task #{int(issue)}: {what}{cand}. This check turns to in "
+                       "progress when a worker or runner starts it, with the round and the "
+                       "number of measured pairs, and completes with the verifier's report."}
+
+
+def check_progress_text(*, phase: str = "", round_: int | None = None,
+                        rounds: int | None = None, pairs: int | None = None,
+                        candidate: int | None = None, runs: int | None = None,
+                        total: int | None = None) -> str:
+    """One line of progress: "round 2/5 · candidate 2 · measuring · 6 pairs (12/20 runs)".
+    Numbers are taken as ints (progress data comes from the runner); ``phase`` is made inert."""
+    parts = []
+    if isinstance(round_, int):
+        parts.append(f"round {round_}/{rounds}" if isinstance(rounds, int) else f"round {round_}")
+    if isinstance(candidate, int):
+        parts.append(f"candidate {candidate}")
+    if phase:
+        parts.append(inert(phase, plain=True, one_line=True, max_len=120))
+    if isinstance(pairs, int):
+        parts.append(f"{pairs} pair{'s' if pairs != 1 else ''} so far")
+    if isinstance(runs, int) and isinstance(total, int) and total > 0:
+        if parts:
+            parts[-1] += f" ({runs}/{total} runs)"
+        else:
+            parts.append(f"{runs}/{total} runs")
+    return " · ".join(parts) or "in progress"
+
+
+def check_progress(text: str) -> dict[str, str]:
+    return {"title": text[:200], "summary": f"In progress: {text}\n\nThis check completes "
+                                           "with the verifier's report."}
+
+
+TASK_CONCLUSIONS = {"finished": "success", "stopped": "cancelled", "paused": "neutral",
+                    "refused": "neutral", "invalid": "neutral", "failed": "neutral"}
+
+
+def task_check(state: str, *, rounds_done: int, budget: int | None,
+               candidates: Sequence[Any]) -> dict[str, str]:
+    """The completed check of a task's run: how many rounds, what was kept."""
+    kept = [c for c in candidates if c.state in ("pending", "open", "merged", "conflict")]
+    word = STATE_WORDS.get(state, inert(state, plain=True))
+    rounds = f"{rounds_done} round(s)" + (f" of {budget}" if budget is not None else "")
+    title = f"{word}: {rounds}, {len(candidates)} candidate(s), {len(kept)} kept"
+    lines = [title, ""]
+    for c in candidates:
+        icon, w = DECISION_WORDS.get(c.decision, ("", c.decision))
+        pr = f" (#{int(c.pr_number)})" if c.pr_number else ""
+        lines.append(f"- candidate {int(c.n)}: {icon} {w}{pr}")
+    lines += ["", "Each kept candidate has its own draft PR, report and `rsi/verifier` check."]
+    return {"conclusion": TASK_CONCLUSIONS.get(state, "neutral"), "title": title[:200],
+            "summary": truncate("\n".join(lines), CHECK_SUMMARY_LIMIT)}
 
 
 # --------------------------------------------------------------------- issue status
@@ -177,7 +264,7 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
                    candidates: Iterable[Any] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
                    note: str = "", edit: tuple[str, str] | None = None,
-                   label: str = "rsi") -> str:
+                   label: str = "rsi", usage: dict[str, Any] | None = None) -> str:
     """The issue's sticky status comment. ``note`` is the bot's own text (callers
     pass untrusted parts through ``inert``); ``errors`` are escaped here;
     ``edit``: (approved body, edited body) of an edit not approved yet."""
@@ -197,6 +284,8 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
         lines += [f"B0 `{_short(b0)}` · Bk `{_short(bk)}`", ""]
     if budget is not None or rounds_done:
         lines += [f"Rounds: {rounds_done}" + (f" of {budget}" if budget is not None else ""), ""]
+    if usage:  # rsi-agents: the agent's model usage and the task's spending budget
+        lines += [usage_line(usage), ""]
     cands = list(candidates)
     if cands:
         lines += ["| # | verdict | hypothesis | PR |", "| --- | --- | --- | --- |"]
@@ -211,6 +300,23 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
     lines.append("_Commands: `/rsi status`, `/rsi stop`, `/rsi resume`, `/rsi budget N`, "
                  "`/rsi rebaseline`, `/rsi help`; on a PR: `/rsi rerun`._")
     return with_marker("\n".join(lines), STATUS)
+
+
+def usage_line(usage: dict[str, Any]) -> str:
+    """``Agent usage: 3 model calls · 3,600 tokens in / 120 out of 10,000 · $0.0082 of $1.00 ·
+    41 s`` from the loop state's ``spent`` and ``budget`` (numbers only, formatted here)."""
+    spent, limits = usage.get("spent") or {}, usage.get("budget") or {}
+
+    def num(key: str) -> float:
+        v = spent.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+    max_tokens, max_cost = limits.get("max_tokens"), limits.get("max_cost_usd")
+    tokens = f"{int(num('tokens_in')):,} tokens in / {int(num('tokens_out')):,} out"
+    if isinstance(max_tokens, int):
+        tokens += f" of {max_tokens:,}"
+    cost = f"${num('cost_usd'):.4f}" + (f" of ${float(max_cost):.2f}" if isinstance(max_cost, (int, float)) else "")
+    return f"Agent usage: {int(num('calls'))} model calls · {tokens} · {cost} · {num('wall_s'):.0f} s"
 
 
 # --------------------------------------------------------------------- replies

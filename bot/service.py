@@ -1,6 +1,6 @@
 """Composition root: settings -> store, GitHub port, harness, executor, workers, app.
 
-The only place that turns settings into live objects (STYLE item 3); tests
+The only place that turns settings into live objects (docs/architecture.md, habit 3); tests
 call the same functions with fakes in place of the port or the harness.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bot import handlers, jobs
+from bot import handlers, jobs, obs
 from bot.app import create_app
 from bot.context import Context
 from bot.executors import HEAVY, Executor, make_executor
@@ -44,12 +44,19 @@ def job_handler(ctx: Context, executor: Executor | None = None) -> Handler:
     executor = executor or make_executor(ctx.settings.executor)
 
     def handle(run: JobRun) -> Any:
+        with obs.job_context(run.job):  # ids on every log line, duration histogram
+            return _handle(run)
+
+    def _handle(run: JobRun) -> Any:
         kind = run.job.kind
         if kind == "event":
             d = ctx.store.delivery(run.payload["delivery_id"])
             if d is None:
                 raise Permanent(f"delivery {run.payload['delivery_id']} is missing")
-            return handlers.route(ctx, Event(d.event, d.action, d.id, d.payload or {}))
+            obs.bind_delivery(d.id, f"{d.event}.{d.action}" if d.action else d.event)
+            outcome = handlers.route(ctx, Event(d.event, d.action, d.id, d.payload or {}))
+            log.info("event handled", extra={"outcome": str(outcome)[:300]})
+            return outcome
         if kind == "publish":
             return jobs.publish(ctx, run)
         if kind in HEAVY:
@@ -96,6 +103,7 @@ def create_service(settings: Settings, *, ctx: Context | None = None, workers: i
     start = (lambda: make_pool(ctx, n).start()) if n > 0 else None
     app = create_app(settings, store=ctx.store, start_workers=start)
     app.state.ctx = ctx
+    app.state.registry.register(obs.GitHubRateCollector(ctx.gh))
     return app
 
 
@@ -103,4 +111,6 @@ def app_from_env():
     """uvicorn factory for ``rsi serve --processes N`` (each process builds its own)."""
     from bot.settings import load_settings
 
-    return create_service(load_settings())
+    settings = load_settings()
+    obs.configure_logging(settings.log_format)  # each uvicorn process configures its own
+    return create_service(settings)

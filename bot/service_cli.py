@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import logging
+import os
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Optional
@@ -26,8 +25,10 @@ def _settings():
 
 
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """JSON lines (bot.obs; RSI_LOG_FORMAT=console for a terminal)."""
+    from bot.obs import configure_logging
+
+    configure_logging(os.environ.get("RSI_LOG_FORMAT", "json"))
 
 
 @app.command()
@@ -50,10 +51,10 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
         if workers is not None:
             os.environ["RSI_WORKERS"] = str(workers)
         uvicorn.run("bot.service:app_from_env", factory=True, workers=processes, host=host,
-                    port=port, log_level="info", access_log=False)
+                    port=port, log_level="info", access_log=False, log_config=None)
         return
     uvicorn.run(create_service(settings, workers=workers), host=host, port=port,
-                log_level="info", access_log=False)
+                log_level="info", access_log=False, log_config=None)
 
 
 @app.command()
@@ -78,8 +79,11 @@ def worker(
 
         text = Path(job).read_text() if Path(job).is_file() else job
         result = execute(json.loads(text), repo=repo, out=out, state_dir=state_dir)
-        typer.echo(json.dumps({"status": result.get("status"), "out": str(out)}))
-        return
+        typer.echo(json.dumps({"status": result.get("status"), "out": str(out),
+                               "error": result.get("error")}))
+        from bot.worker import job_exit_code
+
+        raise typer.Exit(job_exit_code(result))
     from bot.service import build_context, make_pool
 
     ctx = build_context(_settings())

@@ -79,9 +79,26 @@ class Settings(BaseSettings):
     )
     runner_labels: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["self-hosted"],
-        description="Runner labels for the actions executor, comma-separated.",
+        description="Runner labels for cpu profiles that declare no runs_on (actions executor), "
+        "comma-separated; cuda and npu profiles default to [\"self-hosted\", device].",
     )
     public_url: str | None = Field(None, description="Where this bot is reachable (details links).")
+    web_enabled: bool = Field(
+        False, description="Serve the read-only task pages at /tasks/<id> (off by default).")
+    web_token: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Tokens that open the task pages (comma-separated to rotate; at least 16 "
+        "characters): `?token=` once (then a cookie) or `Authorization: Bearer`.")
+    web_oauth_client_id: str | None = Field(
+        None, description="The App's OAuth client id: task pages then also open after a GitHub "
+        "login, for people who can read the task's repository (through the App).")
+    web_oauth_client_secret: str | None = Field(
+        None, description="The App's OAuth client secret (with RSI_WEB_OAUTH_CLIENT_ID).")
+    log_format: Literal["json", "console"] = Field(
+        "json", description="Log lines as JSON (one object per line) or for a terminal.")
+    onboarding: bool = Field(
+        True, description="Open an onboarding PR (rsi init's files) on repositories the App is "
+        "installed on that have no .rsi/config.toml.")
     allowed_repos: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Repositories served, comma-separated: owner/name or owner/* (empty: every "
@@ -111,7 +128,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"'{p}' is not owner/name or owner/*")
         return v
 
-    @field_validator("webhook_secret", "runner_labels", mode="before")
+    @field_validator("webhook_secret", "runner_labels", "web_token", mode="before")
     @classmethod
     def _split(cls, v):
         if isinstance(v, str):
@@ -140,6 +157,28 @@ class Settings(BaseSettings):
                 raise ValueError(f"RSI_GITHUB_PRIVATE_KEY is neither a PEM key nor a file: {v}")
             v = p.read_text()
         return v.replace("\\n", "\n") if v else v
+
+    @field_validator("web_token")
+    @classmethod
+    def _web_tokens(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if t.lower() in _WEAK or len(t) < 16:
+                raise ValueError("RSI_WEB_TOKEN holds a weak token (at least 16 characters)")
+        return v
+
+    @model_validator(mode="after")
+    def _web(self) -> "Settings":
+        oauth = (self.web_oauth_client_id, self.web_oauth_client_secret)
+        if any(oauth) and not all(oauth):
+            raise ValueError("the GitHub login needs both RSI_WEB_OAUTH_CLIENT_ID and "
+                             "RSI_WEB_OAUTH_CLIENT_SECRET")
+        if all(oauth) and not self.public_url:
+            raise ValueError("the GitHub login needs RSI_PUBLIC_URL (its callback address)")
+        if self.web_enabled and not self.web_token and not all(oauth):
+            raise ValueError("RSI_WEB_ENABLED needs RSI_WEB_TOKEN or the App's GitHub login "
+                             "(RSI_WEB_OAUTH_CLIENT_ID and _SECRET): the task pages are never "
+                             "served to anyone")
+        return self
 
     @model_validator(mode="after")
     def _auth(self) -> "Settings":
@@ -192,3 +231,35 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides) -> Settings
                     msg = "is required: the App's webhook secret (comma-separated to rotate)"
             errors.append(f"{name}: {msg}" if loc else msg)
         raise SettingsError(errors) from None
+
+
+def settings_table() -> str:
+    """``docs/service-settings.md``: every setting, its default and what it does,
+    from the model itself (a test keeps the checked-in file current)."""
+    from pydantic_core import PydanticUndefined
+
+    lines = [
+        "# Service settings",
+        "",
+        "The service (`rsi serve`) and its workers read these environment variables.",
+        "Generated from `bot/settings.py`: `python -m bot.settings > docs/service-settings.md`.",
+        "Secrets (`RSI_WEBHOOK_SECRET`, `RSI_GITHUB_TOKEN`, `RSI_GITHUB_PRIVATE_KEY`,",
+        "`RSI_WEB_TOKEN`, `RSI_WEB_OAUTH_CLIENT_SECRET`) are never logged or shown.",
+        "",
+        "| variable | default | what it does |",
+        "|---|---|---|",
+    ]
+    for name, field in Settings.model_fields.items():
+        if field.default is PydanticUndefined and field.default_factory is None:
+            default = "required"
+        elif field.default_factory is not None:
+            default = "empty"
+        else:
+            default = f"`{field.default}`" if field.default is not None else "unset"
+        text = (field.description or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `RSI_{name.upper()}` | {default} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(settings_table(), end="")

@@ -8,6 +8,20 @@ from bot import render, sticky
 from bot.context import Context
 
 
+def task_usage(ctx: Context, t) -> dict | None:
+    """The loop state's ``spent`` and ``budget`` of a task's current run, or None."""
+    from harness.loop import load_state
+
+    try:
+        st = load_state(ctx.harness_dir(t.repo, t.issue, t.generation))
+    except Exception:  # noqa: BLE001 - no state yet, or one from an older version: no usage line
+        return None
+    if st is None or not (st.spent.calls or st.spent.tokens or st.budget.get("max_tokens")
+                          or st.budget.get("max_cost_usd")):
+        return None
+    return {"spent": st.spent.model_dump(), "budget": dict(st.budget)}
+
+
 def refresh_status(ctx: Context, task_id: int, *, note: str = "",
                    errors: Sequence[str] = ()) -> None:
     """Re-render the task's status comment and edit it in place."""
@@ -19,5 +33,5 @@ def refresh_status(ctx: Context, task_id: int, *, note: str = "",
                                  rounds_done=t.rounds_done, bk=t.bk_sha, b0=t.b0_sha, note=note,
                                  edit=((t.proposal or "", t.edited_proposal)
                                        if t.edited_proposal is not None else None),
-                                 label=ctx.settings.trigger_label)
+                                 label=ctx.settings.trigger_label, usage=task_usage(ctx, t))
     sticky.upsert(ctx.gh, ctx.store, t.repo, t.issue, render.STATUS, body, login=ctx.login())

@@ -178,6 +178,30 @@ class Candidate(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class LiveCheck(Base):
+    """A ``rsi/verifier`` check run kept live for one heavy job: created
+    ``queued`` when the job is queued or dispatched, ``in_progress`` with
+    progress text while it runs, ``completed`` with the verdict (or cancelled).
+    ``n`` is the candidate it verifies (None: the task's run, on its base commit);
+    ``run_id`` the Actions run that carries the job, when dispatched."""
+
+    __tablename__ = "live_checks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    task_id: Mapped[int] = mapped_column(Integer, index=True)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    n: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    repo: Mapped[str] = mapped_column(String(300))
+    head_sha: Mapped[str] = mapped_column(String(64))
+    check_run_id: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20), default="queued")
+    progress: Mapped[str | None] = mapped_column(Text, nullable=True)
+    details_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 class StickyComment(Base):
     __tablename__ = "sticky_comments"
     repo: Mapped[str] = mapped_column(String(300), primary_key=True)
@@ -609,6 +633,17 @@ class Store:
                 .where(Task.repo == repo, Candidate.branch == branch)).first()
             return (row[0], row[1]) if row else None
 
+    def candidate_by_sha(self, repo: str, sha: str) -> tuple[Task, Candidate] | None:
+        """The candidate whose head is ``sha`` (the newest, if several)."""
+        if not sha:
+            return None
+        with self.tx() as s:
+            row = s.execute(
+                select(Task, Candidate).join(Candidate, Candidate.task_id == Task.id)
+                .where(Task.repo == repo, Candidate.sha == sha)
+                .order_by(Candidate.id.desc())).first()
+            return (row[0], row[1]) if row else None
+
     def verdict_counts(self) -> dict[str, int]:
         with self.tx() as s:
             rows = s.execute(select(Candidate.decision, func.count())
@@ -629,6 +664,53 @@ class Store:
                                     comment_id=comment_id))
             else:
                 row.comment_id = comment_id
+
+    # -- live check runs ------------------------------------------------------
+    def add_live_check(self, *, task_id: int, generation: int, repo: str, head_sha: str,
+                       check_run_id: int, job_id: int | None = None, n: int | None = None,
+                       state: str = "queued", details_url: str | None = None) -> LiveCheck:
+        now = self.clock()
+        with self.tx() as s:
+            c = LiveCheck(task_id=task_id, generation=generation, repo=repo, head_sha=head_sha,
+                          check_run_id=check_run_id, job_id=job_id, n=n, state=state,
+                          details_url=details_url, created_at=now, updated_at=now)
+            s.add(c)
+            s.flush()
+            return c
+
+    def live_checks(self, *, job_id: int | None = None, task_id: int | None = None,
+                    run_id: int | None = None, check_run_id: int | None = None,
+                    repo: str | None = None, open_only: bool = True) -> list[LiveCheck]:
+        """Live checks of a job, a task or an Actions run, oldest first (only
+        unfinished ones by default)."""
+        with self.tx() as s:
+            q = select(LiveCheck).order_by(LiveCheck.id)
+            if run_id is not None:
+                q = q.where(LiveCheck.run_id == run_id)
+            if check_run_id is not None:
+                q = q.where(LiveCheck.check_run_id == check_run_id)
+            if repo is not None:
+                q = q.where(LiveCheck.repo == repo)
+            if job_id is not None:
+                q = q.where(LiveCheck.job_id == job_id)
+            if task_id is not None:
+                q = q.where(LiveCheck.task_id == task_id)
+            if open_only:
+                q = q.where(LiveCheck.state != "completed")
+            return list(s.scalars(q))
+
+    def update_live_check(self, check_id: int, **fields) -> None:
+        fields["updated_at"] = self.clock()
+        with self.tx() as s:
+            s.execute(update(LiveCheck).where(LiveCheck.id == check_id).values(**fields))
+
+    def dispatches_of(self, task_id: int, *, pending: bool = True) -> list[Dispatch]:
+        """The task's dispatched jobs (only those whose result was not ingested yet)."""
+        with self.tx() as s:
+            q = select(Dispatch).where(Dispatch.task_id == task_id).order_by(Dispatch.created_at)
+            if pending:
+                q = q.where(Dispatch.consumed_at.is_(None))
+            return list(s.scalars(q))
 
     # -- dispatches (actions executor) -----------------------------------------
     def record_dispatch(self, nonce: str, *, repo: str, task_id: int, generation: int,

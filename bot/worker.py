@@ -163,3 +163,11 @@ class WorkerPool:
         self.stop_event.set()
         for t in self.threads:
             t.join(timeout)
+
+
+def job_exit_code(result: dict[str, Any]) -> int:
+    """``rsi worker --job``'s exit status: 1 when the dispatched job failed
+    (``error`` in its result), so the Actions run shows red; 0 otherwise. A
+    refused or rejected task is an outcome, not a failure. The result is
+    written (and uploaded by the workflow's ``if: always()`` step) either way."""
+    return 1 if result.get("error") else 0

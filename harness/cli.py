@@ -1,4 +1,4 @@
-"""``rsi run`` and ``rsi spec check``: the harness's commands.
+"""``rsi run``, ``rsi spec check``, ``rsi init`` and ``rsi config check|schema``.
 
 ``bot/cli.py`` mounts them into ``rsi`` by copying ``app.registered_commands``
 and ``app.registered_groups``; ``python -m harness`` runs them alone.
@@ -7,6 +7,7 @@ and ``app.registered_groups``; ``python -m harness`` runs them alone.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import typer
@@ -14,6 +15,9 @@ import typer
 app = typer.Typer(name="harness", help="The self-improvement loop.", no_args_is_help=True, add_completion=False)
 spec_app = typer.Typer(name="spec", help="Task specs: check a proposal against a repo config.", no_args_is_help=True)
 app.add_typer(spec_app, name="spec")
+config_app = typer.Typer(name="config", help="The repo config .rsi/config.toml: check it, or print its JSON Schema.",
+                         no_args_is_help=True)
+app.add_typer(config_app, name="config")
 
 
 def _task_id_from(path: Path | None) -> str:
@@ -28,26 +32,68 @@ def spec_check(
     issue: Path = typer.Argument(..., exists=True, dir_okay=False, help="The proposal (an issue body, markdown)."),
     repo: Path = typer.Option(Path("."), "--repo", help="The target repository."),
     ref: str | None = typer.Option(None, "--ref", help="Read the repo config here (default: the default branch)."),
+    working_tree: bool = typer.Option(False, "--working-tree", help="Read the repo config from the working tree."),
 ) -> None:
-    """Print every problem with a proposal, or the task it makes."""
+    """Print every problem with a proposal (blamed on the file that causes it), or the task it makes."""
     from rich.console import Console
 
-    from harness.spec import SpecError, load_task
+    from harness.configcheck import blame, working_tree_files
+    from harness.spec import CONFIG_PATH, SpecError, build_task, load_repo_config, repo_files
 
     console = Console()
     try:
-        spec = load_task(repo, issue.read_text(), _task_id_from(issue), ref=ref)
-    except SpecError as exc:
-        console.print(f"[red]{len(exc.errors)} problem(s) in {issue}:[/red]")
-        for e in exc.errors:
-            console.print(f"  - {e}", markup=False, highlight=False)
+        if working_tree:
+            text, files = (repo / CONFIG_PATH).read_text(), working_tree_files(repo)
+        else:
+            text, files = load_repo_config(repo, ref), repo_files(repo, ref)
+    except (OSError, SpecError) as exc:
+        typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None
+    _note_uncommitted(repo, text, working_tree)
+    body = issue.read_text()
+    problems = blame(text, body, str(issue), repo_files=files)
+    if problems:
+        typer.echo(f"{len(problems)} problem(s):")
+        for p in problems:
+            typer.echo(f"  - {p}")
+        raise typer.Exit(1)
+    _print_task(console, build_task(text, body, _task_id_from(issue), repo_files=files))
+
+
+def _print_spec_errors(repo: Path, exc: Exception, task: Path | None) -> None:
+    """Every error of ``load_task``, as file:line where the config causes it."""
+    from harness.configcheck import config_problems
+    from harness.spec import SpecError, load_repo_config
+
+    try:
+        text = load_repo_config(repo)
+    except SpecError:
+        text = ""
+    errors = list(getattr(exc, "errors", [str(exc)]))
+    typer.echo(f"{len(errors)} problem(s):", err=True)
+    for e in errors:
+        blamed = task is not None and e.startswith("proposal")
+        shown = f"{task}: {e}" if blamed else str(config_problems([e], text)[0]) if text else e
+        typer.echo(f"  - {shown}", err=True)
+
+
+def _note_uncommitted(repo: Path, text: str, working_tree: bool) -> None:
+    from harness.spec import CONFIG_PATH
+
+    disk = repo / CONFIG_PATH
+    if not working_tree and disk.is_file() and disk.read_text().strip() != text.strip():
+        typer.echo(f"note: {CONFIG_PATH} in the working tree differs from the committed one, "
+                   "which is what the bot reads; `rsi config check` checks the working tree")
+
+
+def _print_task(console, spec) -> None:
     obj = spec.objective
     console.print(f"[green]ok[/green]: task {spec.task_id}", highlight=False)
     console.print(
         f"  objective: {obj.get('metric')} of '{spec.benchmark_name}', min_gain {spec.min_gain:.1%}", highlight=False
     )
-    console.print(f"  benchmark: {spec.benchmark.get('command')}", markup=False, highlight=False)
+    console.print(f"  benchmark: {spec.benchmark.get('command') or spec.benchmark.get('serve')}",
+                  markup=False, highlight=False)
     for g in spec.guards:
         console.print(f"  guard: {g}", markup=False, highlight=False)
     console.print(
@@ -55,6 +101,118 @@ def spec_check(
         highlight=False,
     )
     console.print(f"  editable: {spec.policy.editable}; protected: {spec.protected_paths()}", markup=False, highlight=False)
+
+
+@config_app.command("check")
+def config_check(
+    repo: Path = typer.Option(Path("."), "--repo", help="The target repository (its working tree is read)."),
+) -> None:
+    """Check .rsi/config.toml in the working tree: errors as file:line, with links to the docs."""
+    from harness.configcheck import check_config
+    from harness.spec import CONFIG_PATH, build_task
+
+    problems = check_config(repo)
+    for p in problems:
+        typer.echo(str(p), err=True)
+    errors = [p for p in problems if not p.warning]
+    if errors:
+        typer.echo(f"{len(errors)} problem(s) in {repo / CONFIG_PATH}", err=True)
+        raise typer.Exit(1)
+    spec = build_task((repo / CONFIG_PATH).read_text(), None, "config-check")
+    typer.echo(f"ok: {repo / CONFIG_PATH} (objective {spec.objective.get('metric')} of "
+               f"'{spec.benchmark_name}', min_gain {spec.min_gain:g})")
+
+
+@config_app.command("schema")
+def config_schema(
+    out: Path | None = typer.Option(None, "--out", help="Write here instead of stdout."),
+    docs: Path | None = typer.Option(None, "--docs", help="Also refresh the key tables of this "
+                                     "docs/configuration.md."),
+) -> None:
+    """Print the JSON Schema of .rsi/config.toml (for Taplo / Even Better TOML)."""
+    from harness.schema import render_doc_tables, schema_text
+
+    if docs is not None:
+        docs.write_text(render_doc_tables(docs.read_text()))
+        typer.echo(f"refreshed {docs}")
+    if out is None and docs is not None:
+        return
+    if out is None:
+        typer.echo(schema_text(), nl=False)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(schema_text())
+        typer.echo(f"wrote {out}")
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _metric_option(items: list[str]) -> dict[str, str]:
+    from harness.onboard import direction_of
+
+    out = {}
+    for item in items:
+        name, _, d = item.partition("=")
+        out[name.strip()] = d.strip() or direction_of(name.strip())
+    return out
+
+
+@app.command("init")
+def init_cmd(
+    repo: Path = typer.Option(Path("."), "--repo", help="The target repository to write into."),
+    command: str | None = typer.Option(None, "--command", help="The benchmark command (default: detected)."),
+    metric: list[str] = typer.Option([], "--metric", help="NAME=higher|lower, repeatable (default: detected)."),
+    objective: str | None = typer.Option(None, "--objective", help="The metric to improve (default: the first)."),
+    min_gain: float = typer.Option(0.05, "--min-gain", help="Smallest gain worth a PR (0.05 = 5%)."),
+    benchmark: str = typer.Option("main", "--benchmark", help="The benchmark's name in the config."),
+    device: str = typer.Option("cpu", "--device", help="Runner profile: cpu | cuda | npu."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing: take the flags and what is detected."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+) -> None:
+    """Write .rsi/config.toml, the caller workflow, a config-check workflow and the issue form."""
+    from harness.onboard import (
+        InitAnswers,
+        InitError,
+        detect,
+        next_steps,
+        render_files,
+        write_files,
+    )
+
+    found = detect(repo)
+    ask = not yes and _interactive()
+    if found.source:
+        typer.echo(f"detected: {found.command} ({found.source})")
+    command = command or found.command
+    if ask:
+        command = typer.prompt("Benchmark command", default=command)
+    metrics = _metric_option(metric) or dict(found.metrics)
+    if ask and not metric:
+        raw = typer.prompt("Metrics (NAME=higher|lower, comma-separated)",
+                           default=",".join(f"{k}={v}" for k, v in metrics.items()) or None)
+        metrics = _metric_option([x for x in raw.split(",") if x.strip()])
+    objective = objective or next(iter(metrics), "")
+    if ask:
+        objective = typer.prompt("Objective metric", default=objective or None)
+        min_gain = typer.prompt("Smallest gain worth a PR (0.05 = 5%)", default=min_gain, type=float)
+        device = typer.prompt("Runner device (cpu, cuda or npu)", default=device)
+    if device not in ("cpu", "cuda", "npu"):
+        raise typer.BadParameter("cpu, cuda or npu", param_hint="--device")
+    if not command:
+        typer.echo("no benchmark command found; pass --command", err=True)
+        raise typer.Exit(2)
+    answers = InitAnswers(command=command, metrics=metrics, objective=objective, benchmark=benchmark,
+                          samples=dict(found.samples) if command == found.command else {}, min_gain=min_gain, device=device)
+    try:
+        written = write_files(repo, render_files(answers), force=force)
+    except InitError as exc:
+        typer.echo(f"rsi init: {exc}", err=True)
+        raise typer.Exit(1) from None
+    for p in written:
+        typer.echo(f"wrote {p}")
+    typer.echo(next_steps(answers))
 
 
 @app.command("run")
@@ -83,9 +241,7 @@ def run_cmd(
     try:
         spec = load_task(repo, task.read_text() if task else None, tid)
     except SpecError as exc:
-        console.print(f"[red]{len(exc.errors)} problem(s):[/red]")
-        for e in exc.errors:
-            console.print(f"  - {e}", markup=False, highlight=False)
+        _print_spec_errors(repo, exc, task)
         raise typer.Exit(2) from None
     if keep not in (None, "advance", "propose"):
         console.print("--keep must be advance or propose")

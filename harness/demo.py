@@ -481,6 +481,38 @@ def print_summary(res: DemoResult, verdict, console) -> None:
         console.print(f"reports: {res.report_md} and {res.report_html}", highlight=False)
 
 
+NEIGHBOUR_SHARE = 0.25  # of one core: a light background job, as on a shared runner
+_NEIGHBOUR = """
+import time
+busy, period = {share} * {period}, {period}
+while True:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < busy:
+        pass
+    time.sleep(max(0.0, period - (time.perf_counter() - t0)))
+"""
+
+
+@contextlib.contextmanager
+def neighbour_load(share: float = NEIGHBOUR_SHARE, period_s: float = 0.1):
+    """A background process busy ``share`` of every ``period_s`` on one core
+    (a noisy neighbour) while the block runs; killed at its end, whatever happens."""
+    import signal
+    import subprocess
+
+    if not 0 < share < 1:
+        raise ValueError(f"neighbour share must be in (0, 1), got {share}")
+    code = _NEIGHBOUR.format(share=share, period=period_s)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 # ------------------------------------------------------------------- CLI
 
 
@@ -493,10 +525,14 @@ def demo(
     patch: list[Path] = typer.Option([], "--patch", help="Patches to replay (default: examples/demo-patches)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a killed demo from its saved state."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when a target of the demo is missed."),
+    neighbour: bool = typer.Option(False, "--neighbour",
+                                   help="Run a background process using a quarter of one core meanwhile."),
 ) -> None:
     """Run the self-improvement loop on examples/tiny-tts and write rsi-demo/report.{md,html}."""
-    res = run_demo(out, patches=list(patch) or None, tuner_rounds=tuner_rounds,
-                   verify=None if verify == "auto" else verify, resume=resume)
+    load = neighbour_load() if neighbour else contextlib.nullcontext()
+    with load:
+        res = run_demo(out, patches=list(patch) or None, tuner_rounds=tuner_rounds,
+                       verify=None if verify == "auto" else verify, resume=resume)
     if strict and not all(res.targets.values()):
         raise typer.Exit(1)
 

@@ -41,6 +41,35 @@ class GuardOutcome(BaseModel):
     bound: str = ""
 
 
+class Usage(BaseModel):
+    """What one round's agent used: model calls, tokens in and out (the
+    endpoint's OpenAI ``usage``, as the agent's client reported it), cost and
+    wall time. Counts are None when the agent reports no usage."""
+
+    model_config = ConfigDict(extra="ignore")
+    calls: int | None = Field(None, ge=0)
+    tokens_in: int | None = Field(None, ge=0)
+    tokens_out: int | None = Field(None, ge=0)
+    cost_usd: float | None = Field(None, ge=0)
+    """From the task's prices when set ([agent] price_in_per_mtok, price_out_per_mtok), else the agent's own figure."""
+    wall_s: float = Field(0.0, ge=0)
+    source: str = ""
+    """Where the counts come from (``mini-trajectory``, ``aider-report``)."""
+
+    @property
+    def tokens(self) -> int:
+        return (self.tokens_in or 0) + (self.tokens_out or 0)
+
+    def plus(self, other: Usage) -> Usage:
+        def add(a, b):
+            return None if a is None and b is None else (a or 0) + (b or 0)
+
+        return Usage(calls=add(self.calls, other.calls), tokens_in=add(self.tokens_in, other.tokens_in),
+                     tokens_out=add(self.tokens_out, other.tokens_out),
+                     cost_usd=add(self.cost_usd, other.cost_usd), wall_s=self.wall_s + other.wall_s,
+                     source=self.source or other.source)
+
+
 class LedgerRecord(BaseModel):
     """One candidate's outcome (or one re-verification of it)."""
 
@@ -82,6 +111,8 @@ class LedgerRecord(BaseModel):
     """Structured change, for agents that have one (tuner: {knob, value, was, context})."""
     patch_id: str = ""
     """``git patch-id --stable`` of the diff: the same change on any base."""
+    usage: Usage | None = None
+    """The round's model calls, tokens, cost and wall time (agents that use a model)."""
     verdict: dict[str, Any] | None = None
     recorded_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 

@@ -4,7 +4,8 @@
 
     run_task
       |- B0: calibrate (A/A pairs); refuse when too noisy for min_gain
-      '- each round, until the budget, should_stop(), N straight rejections,
+      '- each round, until the budget (rounds; [agent] max_tokens / max_cost_usd
+         against the rounds' usage), should_stop(), N straight rejections,
          or an agent with nothing left to try:
            agent   plain export of Bk (sandbox uid) + TASK.md -> agent edits it
            take    the agent's tree exported as regular files (no links
@@ -46,9 +47,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.agents import Agent, AgentContext, AgentOutcome, make_agent
 from harness.agents.base import host_dir, write_host_file
-from harness.agents.taskmd import write_task_md
+from harness.agents.taskmd import load_template, write_task_md
+from harness.agents.usage import budget_spent, round_usage
 from harness.gitutil import GitError, git, git_ok, rev_parse
-from harness.ledger import Ledger, LedgerRecord
+from harness.ledger import Ledger, LedgerRecord, Usage
 from harness.policy import PolicyResult, check_diff
 from harness.spec import TaskSpec
 from harness.verification import VerifierBackend, calibration_ok, error_verdict, make_backend
@@ -156,6 +158,10 @@ class LoopState(BaseModel):
     candidates: list[CandidateState] = Field(default_factory=list)
     bk_history: list[dict[str, Any]] = Field(default_factory=list)
     """Every Bk of the task: {sha, at, via} (via: b0 | candidate n | rebaseline)."""
+    spent: Usage = Field(default_factory=Usage)
+    """Model calls, tokens, cost and agent wall time of every recorded round."""
+    budget: dict[str, float | int | None] = Field(default_factory=dict)
+    """The task's spending limits when it last ran: ``max_tokens``, ``max_cost_usd``."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -171,6 +177,7 @@ class TaskResult(BaseModel):
     calibration: dict[str, Any] | None = None
     gain_vs_b0: float | None = None
     """Objective gain of the best kept candidate over B0 (0.3 = 30% better)."""
+    spent: Usage = Field(default_factory=Usage)
 
     @property
     def kept(self) -> list[CandidateState]:
@@ -324,7 +331,8 @@ class _Loop:
         wt = self.ws.agent_tree(name, ip.base_sha)
         io_dir = host_dir(self.state_dir / "rounds" / str(ip.n))
         records = self.ledger.records()
-        task_md = write_task_md(self.spec, records, round=ip.round, bk_sha=ip.base_sha, workdir="/work/repo")
+        task_md = write_task_md(self.spec, records, round=ip.round, bk_sha=ip.base_sha, workdir="/work/repo",
+                                template=load_template(self.repo, st.b0_sha))
         write_host_file(io_dir / "TASK.md", task_md, 0o644)
         ctx = AgentContext(
             spec=self.spec,
@@ -346,6 +354,7 @@ class _Loop:
         except Exception as exc:  # noqa: BLE001 - an agent crash is an error candidate
             outcome = AgentOutcome(error=f"agent {agent.name} raised {type(exc).__name__}: {exc}")
         outcome.duration_s = outcome.duration_s or (time.monotonic() - t0)
+        outcome.usage = round_usage(self.spec.agent, outcome.usage, outcome.duration_s)
         ip.branch = candidate_branch(self.spec.task_id, ip.n)
         taken, export = self.take(ip, wt, outcome, agent.name)
         if outcome.log:
@@ -442,6 +451,7 @@ class _Loop:
             left_out=ip.left_out,
             change=outcome.change,
             patch_id=ip.patch_id,
+            usage=outcome.usage,
         )
         if ip.verdict is not None:
             verdict = Verdict.model_validate(ip.verdict)
@@ -482,6 +492,8 @@ class _Loop:
                 ledger_id=record.id,
             )
         )
+        if outcome.usage is not None:
+            st.spent = st.spent.plus(outcome.usage)
         if ip.agent_state_after is not None:
             st.agent_state[ip.agent or agent.name] = ip.agent_state_after
         st.rounds_done = ip.round
@@ -520,6 +532,7 @@ def _result(st: LoopState) -> TaskResult:
         candidates=st.candidates,
         calibration=st.calibration,
         gain_vs_b0=gain,
+        spent=st.spent,
     )
 
 
@@ -588,6 +601,7 @@ def run_task(
             data={"rounds_done": st.rounds_done},
         )
 
+    st.budget = {"max_tokens": spec.agent.max_tokens, "max_cost_usd": spec.agent.max_cost_usd}
     if not loop.baseline(st):
         return _result(st)
 
@@ -596,6 +610,9 @@ def run_task(
         if st.in_progress is None:
             if st.rounds_done >= rounds_total:
                 st.status, st.reason = "finished", f"budget of {rounds_total} rounds used"
+                break
+            if (spent := budget_spent(spec.agent, st.spent)) is not None:
+                st.status, st.reason = "finished", spent
                 break
             if should_stop():
                 st.status, st.reason = "stopped", "stopped on request"

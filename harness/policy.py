@@ -22,9 +22,14 @@ Rules, in the order they are reported for each file:
   (reported once, for the whole diff);
 * ``parse``: a diff that unidiff cannot read.
 
-Globs: ``*`` and ``?`` stay inside one path segment, ``**`` spans segments
-(``a/**`` matches everything under ``a``; ``**/x.py`` matches ``x.py`` at any
-depth). Matching is on the POSIX path relative to the repository root.
+Globs follow ``.gitignore`` rules (``pathspec``'s ``GitIgnoreSpec``), matched
+on the POSIX path relative to the repository root: ``*`` and ``?`` stay inside
+one path segment, ``**`` spans segments, ``[...]`` is a character class; a
+glob with a ``/`` other than at its end is anchored at the root (``a/*.py``;
+``/x.py`` for a top-level file only), one without matches at any depth
+(``*.py``, ``bench``); a directory matches everything under it (``bench``,
+``bench/``); a ``!glob`` re-includes what an earlier glob of the same list
+matched (``editable = ["src/**", "!src/vendored/**"]``), the last match wins.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
+from pathspec import GitIgnoreSpec
 from pydantic import BaseModel, ConfigDict, Field
 
 ALWAYS_PROTECTED: tuple[str, ...] = (".rsi/**", ".github/**")
@@ -94,43 +100,29 @@ class PolicyResult(BaseModel):
 
 
 @functools.lru_cache(maxsize=512)
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    g = glob.strip().lstrip("/")
-    g = g.removeprefix("./")
-    i, out = 0, []
-    while i < len(g):
-        if g.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif g.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif g[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif g[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(g[i]))
-            i += 1
-    return re.compile("^" + "".join(out) + "$")
+def _spec(globs: tuple[str, ...]) -> tuple[GitIgnoreSpec, tuple[str, ...]]:
+    """The compiled list and the globs it holds (blank ones and comments are not
+    patterns, so they are left out to keep the indexes aligned)."""
+    kept = tuple(g for g in globs if g.strip() and not g.strip().startswith("#"))
+    lines = [g.strip().removeprefix("./") for g in kept]
+    return GitIgnoreSpec.from_lines(lines), kept
+
+
+def matches_any(path: str, globs: Iterable[str]) -> str | None:
+    """The glob that decides that ``path`` matches the list (the last matching
+    one, gitignore's rule), or None when the list does not match it (no glob
+    does, or the last one that does is a ``!`` negation)."""
+    spec, kept = _spec(tuple(globs))
+    if not kept:
+        return None
+    res = spec.check_file(path)
+    return kept[res.index] if res.include and res.index is not None else None
 
 
 def glob_match(path: str, glob: str) -> bool:
     """True when ``path`` matches ``glob``; a glob naming a directory (``bench``
     or ``bench/``) matches everything under it too."""
-    if _glob_regex(glob).match(path):
-        return True
-    base = glob.strip().rstrip("/")
-    return bool(base) and not any(c in base for c in "*?") and path.startswith(base + "/")
-
-
-def matches_any(path: str, globs: Iterable[str]) -> str | None:
-    for g in globs:
-        if glob_match(path, g):
-            return g
-    return None
+    return matches_any(path, (glob,)) is not None
 
 
 def _strip_prefix(name: str | None) -> str | None:
@@ -206,7 +198,7 @@ def check_diff(
         )
         return result
 
-    protected = policy.all_protected(extra_protected)
+    extra_protected = tuple(extra_protected)  # read once per path below
     for pf in patch:
         info = list(pf.patch_info or [])
         names = [
@@ -232,7 +224,7 @@ def check_diff(
         if escaped:
             continue
         for p in paths:
-            g = matches_any(p, protected)
+            g = _protected_by(p, policy, extra_protected)
             if g:
                 result.violations.append(
                     Violation(rule="protected", path=p, reason=f"{p}: protected path (matches '{g}')")
@@ -294,6 +286,15 @@ def check_diff(
             )
         )
     return result
+
+
+def _protected_by(path: str, policy: EditPolicy, extra: Iterable[str]) -> str | None:
+    """The protected glob ``path`` matches. A ``!`` negation acts only inside the
+    repo config's own ``protected`` list: it never un-protects ``.rsi/**``,
+    ``.github/**`` or a file a benchmark command names."""
+    own = set(policy.protected)
+    fixed = [*ALWAYS_PROTECTED, *(g for g in extra if g not in own and not g.startswith("!"))]
+    return matches_any(path, fixed) or matches_any(path, policy.protected)
 
 
 def paths_named_by(command: str) -> list[str]:

@@ -15,10 +15,18 @@ Entry points::
     summary_rows(verdict) -> list[Row]            # the table as data (terminal UIs)
     history_from_ledger(records) -> list[HistoryPoint]
     render_mermaid_chart(history, ...) / render_svg_chart(history, ...)
+    render_links(verdict, links) / reproduce_command(verdict, links)
+    html_report_sections(verdict, ...) -> list[str]   # for the service's task page
+
+The chart plots each candidate's gain vs the Bk measured in the same session
+(with its 95% interval), marked kept, PR open or rolled back: absolute values
+from different sessions are not comparable, so they are never drawn side by
+side. Each metric is shown in one unit everywhere (table and tradeoffs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html as _html
 import math
 import re
@@ -32,7 +40,12 @@ from verifier.verdict import GuardResult, MetricComparison, Verdict
 __all__ = [
     "MAX_MARKDOWN_CHARS",
     "HistoryPoint",
+    "ReportLinks",
     "Row",
+    "display_unit",
+    "html_report_sections",
+    "reproduce_command",
+    "render_links",
     "comparing_line",
     "headline",
     "history_from_ledger",
@@ -100,6 +113,14 @@ class HistoryPoint:
     decision: str = ""
     hypothesis: str = ""
     round: int | None = None
+    gain: float | None = None
+    """The objective's gain vs the Bk measured in the same session (what the chart plots)."""
+    gain_low: float | None = None
+    gain_high: float | None = None
+    """That gain's 95% interval."""
+    status: str = ""
+    """What the loop did with the candidate: kept, open, rolled_back, merged..."""
+    sha: str = ""
 
 
 # ------------------------------------------------------------------ helpers
@@ -145,15 +166,33 @@ def _fmt_num(v: float) -> str:
     return f"{v:.4g}"
 
 
-def fmt_value(v: float | None, unit: str = "") -> str:
-    """A metric value with its unit: seconds below one become milliseconds."""
+def display_unit(unit: str, values: Iterable[float | None]) -> tuple[str, float]:
+    """(unit shown, factor) for every value of one metric: seconds become
+    milliseconds when all its values are below one second, so a row (and the
+    tradeoffs about it) never mixes ms and s."""
+    vals = [abs(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if unit == "s" and vals and max(vals) < 1:
+        return "ms", 1000.0
+    return unit, 1.0
+
+
+def fmt_value(v: float | None, unit: str = "", *, factor: float = 1.0) -> str:
+    """A metric value (times ``factor``) with its unit (see :func:`display_unit`)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
-    if unit == "s" and abs(v) < 1:
-        return f"{_fmt_num(v * 1000)} ms"
     if unit:
-        return f"{_fmt_num(v)} {unit}"
-    return _fmt_num(v)
+        return f"{_fmt_num(v * factor)} {unit}"
+    return _fmt_num(v * factor)
+
+
+def metric_formatter(m: MetricComparison) -> Any:
+    """``fmt(value)`` for one metric, in the one unit used for it everywhere."""
+    unit, factor = display_unit(_unit(m), (m.b0, m.bk, m.candidate))
+
+    def fmt(v: float | None) -> str:
+        return fmt_value(v, unit, factor=factor)
+
+    return fmt
 
 
 def _pct(x: float) -> str:
@@ -307,13 +346,13 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
 
     if o is not None:
         m = by_name.get(o.metric)
-        unit = _unit(m) if m else ""
+        fmt = metric_formatter(m) if m else fmt_value
         rows.append(Row(
             metric=f"**{o.metric}** (objective, {o.direction} is better)",
-            b0=fmt_value(m.b0 if m else None, unit) if (m and m.b0 is not None) else (
-                fmt_value(m.bk, unit) if m and v.shas.get("b0") == v.shas.get("bk") else "—"),
-            bk=fmt_value(m.bk if m else None, unit),
-            candidate=fmt_value(m.candidate if m else None, unit),
+            b0=fmt(m.b0) if (m and m.b0 is not None) else (
+                fmt(m.bk) if m and v.shas.get("b0") == v.shas.get("bk") else "—"),
+            bk=fmt(m.bk if m else None),
+            candidate=fmt(m.candidate if m else None),
             change=_change(o.ratio, o.direction, o.ratio_ci),
             interval=_interval(o.ratio_ci),
             verdict=_objective_verdict(o),
@@ -324,12 +363,12 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
     others = [m for m in v.metrics if o is None or m.name != o.metric]
     others.sort(key=lambda m: (_category(m.name), m.name))
     for m in others:
-        unit = _unit(m)
+        fmt = metric_formatter(m)
         text, status = _guard_verdict(guards_by_metric.get(m.name, []))
         b0 = m.b0 if m.b0 is not None else (m.bk if v.shas.get("b0") and v.shas.get("b0") == v.shas.get("bk") else None)
         rows.append(Row(
-            metric=m.name, b0=fmt_value(b0, unit), bk=fmt_value(m.bk, unit),
-            candidate=fmt_value(m.candidate, unit), change=_change(m.ratio_vs_bk, m.direction, m.ratio_vs_bk_ci),
+            metric=m.name, b0=fmt(b0), bk=fmt(m.bk),
+            candidate=fmt(m.candidate), change=_change(m.ratio_vs_bk, m.direction, m.ratio_vs_bk_ci),
             interval=_interval(m.ratio_vs_bk_ci), verdict=text, status=status, kind="metric",
         ))
     # guards on metrics the table has no row for (skipped ones, other benchmarks)
@@ -416,8 +455,34 @@ def _sources_note(v: Verdict | None) -> str:
     return ("\n\nMeasured by " + "; ".join(parts) + ".") if parts else ""
 
 
+_TRADEOFF_CATEGORIES = ((r"(^|_)p9\d(_|$)|tail", "Tail latency"), (r"mem|rss|_mib$|_mb$", "Peak memory"),
+                        (r"startup", "Startup time"))
+
+
+def _metric_tradeoff(m: MetricComparison) -> str | None:
+    """The verifier's tradeoff sentence for one metric, in the table's unit for it."""
+    cat = next((word for rx, word in _TRADEOFF_CATEGORIES if re.search(rx, m.name)), None)
+    if cat is None or m.ratio_vs_bk is None or m.bk is None or m.candidate is None:
+        return None
+    change = m.ratio_vs_bk - 1
+    better = (change < 0) == (m.direction == "lower")
+    ci = m.ratio_vs_bk_ci
+    clear = ci is not None and (ci.low > 1 or ci.high < 1)
+    word = ("better" if better else "worse") if clear else "no clear change"
+    fmt = metric_formatter(m)
+    text = f"{cat} ({m.name}): {fmt(m.bk)} → {fmt(m.candidate)}, {change:+.1%} vs Bk ({word})"
+    if m.ratio_vs_b0 is not None:
+        text += f", {m.ratio_vs_b0 - 1:+.1%} vs B0"
+    return text + "."
+
+
 def _tradeoffs(v: Verdict) -> list[str]:
-    out = list(v.tradeoffs)
+    """Tradeoffs: one per tail-latency, memory and startup metric, written here in
+    the table's unit for that metric (the verifier's own sentences about those
+    metrics are replaced), then the verifier's other sentences."""
+    mine = {m.name: t for m in v.metrics if (t := _metric_tradeoff(m))}
+    out = list(mine.values())
+    out += [t for t in v.tradeoffs if not any(f"({name}):" in t for name in mine)]
     if v.objective is not None and v.objective.gain is not None and v.decision != "error":
         o = v.objective
         for g in v.guards:
@@ -437,12 +502,35 @@ def _objective_values(verdict: Mapping[str, Any] | None, metric: str) -> tuple[f
     return None, None, None
 
 
+def _num_or_none(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _gain_of(record: Any) -> tuple[float | None, float | None, float | None]:
+    """(gain, low, high) of the objective vs the Bk measured in the same session:
+    the verdict's own numbers when the record carries them, else the record's
+    ``gain`` and its ratio interval turned into a gain interval."""
+    obj = _get(_get(record, "verdict"), "objective")
+    gain = _num_or_none(_get(obj, "gain"))
+    ci = _get(obj, "gain_ci")
+    if gain is not None and ci is not None:
+        return gain, _num_or_none(_get(ci, "low")), _num_or_none(_get(ci, "high"))
+    gain = gain if gain is not None else _num_or_none(_get(record, "gain"))
+    lo, hi = _num_or_none(_get(record, "ratio_low")), _num_or_none(_get(record, "ratio_high"))
+    if lo is None or hi is None or lo <= 0:
+        return gain, None, None
+    if (_get(obj, "direction") or "higher") == "lower":
+        return gain, 1 / hi - 1, 1 / lo - 1
+    return gain, lo - 1, hi - 1
+
+
 def history_from_ledger(records: Iterable[Any], *, task: str | None = None) -> list[HistoryPoint]:
     """The objective over a task's candidates, from ledger records (objects or
-    dicts, oldest first): a B0 point, then one point per candidate. A
-    candidate's value is the median the verifier measured for it; the Bk line
-    follows kept candidates. Records without a measurement (policy rejects,
-    errors) get ``value=None``."""
+    dicts, oldest first): a B0 point, then one point per candidate with its gain
+    vs the Bk measured in the same session (and that gain's interval) and what
+    the loop did with it (kept, open, rolled back...). The Bk line follows kept
+    candidates. Records without a measurement (policy rejects, errors) get
+    ``value=None`` and no gain."""
     recs = [r for r in records if (_get(r, "event", "candidate") == "candidate")
             and (task is None or _get(r, "task") == task)]
     points: list[HistoryPoint] = []
@@ -457,21 +545,39 @@ def history_from_ledger(records: Iterable[Any], *, task: str | None = None) -> l
             bk = first
         if bkv is not None:
             bk = bkv  # Bk as measured alongside this candidate
-        status = _get(r, "status")
+        status = str(_get(r, "status") or "")
         after = cand if (status == "kept" and cand is not None) else bk
+        gain, lo, hi = _gain_of(r) if cand is not None else (None, None, None)
         points.append(HistoryPoint(
             label=f"#{_get(r, 'candidate')}", value=cand, bk=after, decision=str(_get(r, "decision", "")),
             hypothesis=str(_get(r, "hypothesis", "") or ""), round=_get(r, "round"),
+            gain=gain, gain_low=lo, gain_high=hi, status=status, sha=str(_get(r, "sha") or ""),
         ))
         bk = after
     return points
 
 
-def _as_history(history: Sequence[HistoryPoint] | None, ledger: Sequence[Any]) -> list[HistoryPoint]:
+def _as_history(history: Sequence[HistoryPoint] | None, ledger: Sequence[Any],
+                verdict: Verdict | None = None) -> list[HistoryPoint]:
+    """The chart's points; the point of the reported candidate (same sha) takes this
+    verdict's gain, so the chart and the table always show the same number."""
     if history is None:  # the newest record's task: a repo's ledger holds every task's records
         task = _get(ledger[-1], "task") if ledger else None
-        return history_from_ledger(ledger, task=task)
-    return [h if isinstance(h, HistoryPoint) else HistoryPoint(**dict(h)) for h in history]
+        hist = history_from_ledger(ledger, task=task)
+    else:
+        hist = [h if isinstance(h, HistoryPoint) else HistoryPoint(**dict(h)) for h in history]
+    o = verdict.objective if verdict is not None else None
+    sha = verdict.shas.get("candidate") if verdict is not None else None
+    if o is None or o.gain is None or not sha:
+        return hist
+    ci = o.gain_ci
+
+    def same(h: HistoryPoint) -> HistoryPoint:
+        if ci is None:  # keep the interval the point had rather than none
+            return dataclasses.replace(h, gain=o.gain)
+        return dataclasses.replace(h, gain=o.gain, gain_low=ci.low, gain_high=ci.high)
+
+    return [same(h) if h.sha == sha and h.label != "B0" else h for h in hist]
 
 
 def _num(v: float) -> str:
@@ -479,35 +585,161 @@ def _num(v: float) -> str:
 
 
 def _last_points(pts: list[HistoryPoint], max_points: int) -> tuple[list[HistoryPoint], int]:
-    """B0 and the newest points, at most ``max_points`` in all; and how many were left out."""
+    """The newest points, at most ``max_points``; and how many were left out."""
     if len(pts) <= max_points:
         return pts, 0
-    return [pts[0], *pts[len(pts) - max_points + 1:]], len(pts) - max_points
+    return pts[len(pts) - max_points:], len(pts) - max_points
+
+
+STATUS_WORDS = {"kept": "kept", "open": "PR open", "merged": "merged", "rolled_back": "rolled back",
+                "conflict": "conflict", "superseded": "superseded"}
+STATUS_COLOR = {"kept": "#1a7f37", "merged": "#1a7f37", "open": "#0969da", "conflict": "#bf8700",
+                "rolled_back": "#afb8c1", "superseded": "#afb8c1"}
+
+
+def _status_word(p: HistoryPoint) -> str:
+    if p.status:
+        return STATUS_WORDS.get(p.status, p.status.replace("_", " "))
+    return "kept" if p.decision == "accept" else "rolled back"
+
+
+def gain_points(history: Sequence[HistoryPoint]) -> list[HistoryPoint]:
+    """The candidates the chart draws: those with a measured gain."""
+    return [p for p in history if p.label != "B0" and p.gain is not None]
 
 
 def render_mermaid_chart(history: Sequence[HistoryPoint], *, metric: str, direction: str = "higher",
-                         max_points: int = 60) -> str:
-    """A Mermaid ``xychart-beta``: bars = each candidate's measured objective,
-    line = Bk after each step. Points without a measurement are left out, and
-    beyond ``max_points`` only B0 and the newest candidates are drawn."""
-    pts = [p for p in history if p.value is not None and p.bk is not None]
-    if len(pts) < 2:
+                         max_points: int = 60, min_gain: float | None = None) -> str:
+    """A Mermaid ``xychart-beta`` of each candidate's gain on the objective vs the
+    Bk measured in the same session (%): bars, with the 95% interval as two lines
+    (low, high) and ``min_gain`` as a flat line; each x label says what happened
+    to the candidate (kept, PR open, rolled back). Values measured in different
+    sessions are never put side by side as absolute numbers."""
+    pts, dropped = _last_points(gain_points(history), max_points)
+    if not pts:
         return ""
-    pts, dropped = _last_points(pts, max_points)
-    top = max(max(p.value for p in pts), max(p.bk for p in pts))  # type: ignore[type-var]
-    labels = ", ".join(f'"{p.label}"' for p in pts)
+    labels = ", ".join(f'"{p.label} {_status_word(p)}"' for p in pts)
     safe_metric = re.sub(r'["\n]', "", metric)
-    return "\n".join([
+
+    def pct(x: float | None, fallback: float) -> str:
+        return _num(100 * (x if x is not None else fallback))
+
+    lows = [p.gain_low if p.gain_low is not None else p.gain for p in pts]
+    highs = [p.gain_high if p.gain_high is not None else p.gain for p in pts]
+    vals = [x for x in (*lows, *highs, 0.0, min_gain or 0.0) if x is not None]
+    lo, hi = min(vals) * 100, max(vals) * 100
+    pad = max(1.0, (hi - lo) * 0.1)
+    lines = [
         "```mermaid",
         "xychart-beta",
-        f'    title "{safe_metric} per candidate ({direction} is better); line: Bk'
+        f'    title "{safe_metric}: gain vs Bk of the same session, % ({direction} is better); '
+        "lines: 95% interval" + ("; flat line: min_gain" if min_gain is not None else "")
         + (f"; {dropped} older not shown" if dropped else "") + '"',
         f"    x-axis [{labels}]",
-        f'    y-axis "{safe_metric}" 0 --> {_num(top * 1.15)}',
-        f"    bar [{', '.join(_num(p.value) for p in pts)}]",  # type: ignore[arg-type]
-        f"    line [{', '.join(_num(p.bk) for p in pts)}]",  # type: ignore[arg-type]
-        "```",
-    ])
+        f'    y-axis "gain vs Bk (%)" {_num(lo - pad)} --> {_num(hi + pad)}',
+        f"    bar [{', '.join(pct(p.gain, 0.0) for p in pts)}]",
+        f"    line [{', '.join(pct(x, 0.0) for x in lows)}]",
+        f"    line [{', '.join(pct(x, 0.0) for x in highs)}]",
+    ]
+    if min_gain is not None:
+        lines.append(f"    line [{', '.join(_num(100 * min_gain) for _ in pts)}]")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+# -------------------------------------------------------------- links
+
+
+@dataclass(frozen=True)
+class ReportLinks:
+    """Where a report's readers can follow up. Every field is optional; parts that
+    do not look like what they claim to be (a URL, a repo, a branch) are left out."""
+
+    repo_url: str = ""
+    """The target repository's web page, e.g. ``https://github.com/acme/tts``."""
+    branch: str = ""
+    """The candidate's branch (``rsi/<task>/<n>``)."""
+    ledger_ref: str = "rsi/ledger"
+    """The branch that holds ``ledger.jsonl``."""
+    artifacts_url: str = ""
+    """The Actions run (or other page) holding the job's artifacts."""
+    page_url: str = ""
+    """The service's read-only page for the task."""
+    task_id: str = ""
+
+
+_SHA_RX = re.compile(r"[0-9a-f]{7,64}")
+_URL_OK = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%\[\]-]+")
+_REF_OK = re.compile(r"[A-Za-z0-9._/-]{1,200}")
+_NAME_OK = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def _url(u: str) -> str:
+    return u.rstrip("/") if u and _URL_OK.fullmatch(u) and "(" not in u and ")" not in u else ""
+
+
+def _ref(r: str) -> str:
+    return r if r and _REF_OK.fullmatch(r) and ".." not in r and not r.startswith("-") else ""
+
+
+def _sha(s: str | None) -> str:
+    return s if s and _SHA_RX.fullmatch(s) else ""
+
+
+def render_links(verdict: Verdict | Mapping[str, Any], links: ReportLinks | None) -> str:
+    """One markdown line: the commits, compare views vs Bk and B0, the ledger file,
+    the artifacts and the task page ("" when there is nothing to link)."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    if links is None:
+        return ""
+    repo = _url(links.repo_url)
+    cand, bk, b0 = (_sha(v.shas.get(k)) for k in ("candidate", "bk", "b0"))
+    parts: list[str] = []
+    if repo:
+        for word, sha in (("candidate", cand), ("Bk", bk), ("B0", b0 if b0 != bk else "")):
+            if sha:
+                parts.append(f"{word} [`{sha[:10]}`]({repo}/commit/{sha})")
+        if bk and cand:
+            parts.append(f"[diff vs Bk]({repo}/compare/{bk}...{cand})")
+        if b0 and cand and b0 != bk:
+            parts.append(f"[diff vs B0]({repo}/compare/{b0}...{cand})")
+        ledger_ref = _ref(links.ledger_ref)
+        if ledger_ref:
+            parts.append(f"[ledger]({repo}/blob/{ledger_ref}/ledger.jsonl)")
+    if _url(links.artifacts_url):
+        parts.append(f"[artifacts]({_url(links.artifacts_url)})")
+    if _url(links.page_url):
+        parts.append(f"[task page]({_url(links.page_url)})")
+    return ("**Links**: " + " · ".join(parts)) if parts else ""
+
+
+def reproduce_command(verdict: Verdict | Mapping[str, Any], links: ReportLinks | None = None) -> str:
+    """Shell lines that re-judge the candidate on a maintainer's machine with the
+    same verifier ("" when the verdict has no commits to name)."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    cand, bk, b0 = (_sha(v.shas.get(k)) for k in ("candidate", "bk", "b0"))
+    if not (cand and bk):
+        return ""
+    branch = _ref(links.branch) if links else ""
+    lines = ["# in a clone of the target repository, with rsi-bot installed"]
+    lines.append(f"git fetch origin {branch}" if branch else "git fetch origin")
+    cmd = f"rsi verify {bk} {cand} --repo ."
+    if b0 and b0 != bk:
+        cmd += f" --b0 {b0}"
+    if v.benchmark and _NAME_OK.fullmatch(v.benchmark):
+        cmd += f" --benchmark {v.benchmark}"
+    lines.append(cmd + " --report verdict.json")
+    return "\n".join(lines)
+
+
+def _reproduce_block(v: Verdict, links: ReportLinks | None) -> str:
+    cmd = reproduce_command(v, links)
+    if not cmd:
+        return ""
+    return ("**Reproduce locally** (the same verifier, on your machine; results from a "
+            "different machine are not comparable with these):\n\n" + fenced(cmd, info="sh"))
 
 
 # ------------------------------------------------------------- ledger
@@ -571,14 +803,16 @@ def render_markdown_report(
     title: str = "rsi verifier report",
     marker: str = "",
     max_chars: int = MAX_MARKDOWN_CHARS,
+    links: ReportLinks | None = None,
 ) -> str:
     """The verifier's report as GitHub markdown, strictly under ``max_chars``.
 
     ``history`` defaults to :func:`history_from_ledger` of ``ledger``;
-    ``marker`` (e.g. a hidden ``<!-- rsi:... -->`` comment) goes first, as given."""
+    ``marker`` (e.g. a hidden ``<!-- rsi:... -->`` comment) goes first, as given;
+    ``links``: where the commits, compare views, ledger and artifacts are."""
     v = _as_verdict(verdict)
     assert v is not None
-    hist = _as_history(history, ledger)
+    hist = _as_history(history, ledger, v)
     parts: list[str] = []
     if marker:
         parts.append(marker)
@@ -586,6 +820,8 @@ def render_markdown_report(
     parts.append(headline(v))
     parts.append(_display(_clip(v.reason, _MAX_REASON)))
     parts.append(comparing_line(v))
+    if render_links(v, links):
+        parts.append(render_links(v, links))
     parts.append(render_summary_table(v))
     trade = _tradeoffs(v)
     if trade:
@@ -600,9 +836,12 @@ def render_markdown_report(
             body += f"\n\n<details><summary>stderr (tail)</summary>\n\n{tail}\n\n</details>"
         parts.append(body)
     if v.objective is not None:
-        chart = render_mermaid_chart(hist, metric=v.objective.metric, direction=v.objective.direction)
+        chart = render_mermaid_chart(hist, metric=v.objective.metric, direction=v.objective.direction,
+                                     min_gain=v.objective.min_gain)
         if chart:
             parts.append(chart)
+    if _reproduce_block(v, links):
+        parts.append(_reproduce_block(v, links))
     head = "\n\n".join(parts)
 
     fp = "**Fingerprint**\n\n```\n" + "\n".join(_fingerprint_lines(v)) + "\n```"
@@ -663,76 +902,83 @@ def render_svg_chart(
     width: int = 760,
     height: int = 320,
     max_points: int = 80,
+    min_gain: float | None = None,
 ) -> str:
-    """An inline SVG of the objective over rounds: a dot per measured candidate
-    (coloured by decision, hover for the hypothesis) and Bk as a step line."""
-    history, _ = _last_points(list(history), max_points)
-    pts = [(i, p) for i, p in enumerate(history) if p.value is not None or p.bk is not None]
+    """An inline SVG of each candidate's gain vs the Bk measured in the same session:
+    a bar per candidate coloured by what happened to it (kept, PR open, rolled
+    back: grey, hatched), its 95% interval as a whisker, zero and ``min_gain``
+    as lines; hover a bar for the hypothesis."""
+    pts, _ = _last_points(gain_points(history), max_points)
     if not pts:
         return ""
-    vals = [x for _, p in pts for x in (p.value, p.bk) if x is not None]
-    top = max(vals) * 1.15 or 1.0
-    left, right, top_pad, bottom = 64, 16, 28, 48
+    vals = [x for p in pts for x in (p.gain, p.gain_low, p.gain_high) if x is not None]
+    vals += [0.0] + ([min_gain] if min_gain is not None else [])
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 0.01
+    lo, hi = lo - span * 0.1, hi + span * 0.1
+    left, right, top_pad, bottom = 64, 16, 28, 56
     pw, ph = width - left - right, height - top_pad - bottom
-    n = len(history)
+    n = len(pts)
 
     def X(i: int) -> float:
         return left + (pw * (i + 0.5) / n)
 
     def Y(v: float) -> float:
-        return top_pad + ph - ph * (v / top)
+        return top_pad + ph * (hi - v) / (hi - lo)
 
     out = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-            f'height="{height}" role="img" aria-label="{_h(metric)} over rounds" '
+            f'height="{height}" role="img" aria-label="{_h(metric)}: gain vs Bk per candidate" '
             'font-family="system-ui, sans-serif" font-size="11">'),
-           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>']
-    for k in range(6):  # grid and y ticks
-        v = top * k / 5
+           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+           '<defs><pattern id="rb" width="6" height="6" patternUnits="userSpaceOnUse" '
+           'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eaeef2"/>'
+           '<line x1="0" y1="0" x2="0" y2="6" stroke="#afb8c1" stroke-width="3"/></pattern></defs>']
+    for k in range(6):  # grid and y ticks, in %
+        v = lo + (hi - lo) * k / 5
         y = Y(v)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="#d0d7de" '
-                   f'stroke-width="{1.2 if k == 0 else 0.6}"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#57606a">{_h(_num(v))}</text>')
+                   'stroke-width="0.6"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#57606a">{_h(_pct(v))}</text>')
+    out.append(f'<line x1="{left}" y1="{Y(0):.1f}" x2="{width - right}" y2="{Y(0):.1f}" stroke="#24292f" '
+               'stroke-width="1.2"/>')
+    if min_gain is not None:
+        out.append(f'<line x1="{left}" y1="{Y(min_gain):.1f}" x2="{width - right}" y2="{Y(min_gain):.1f}" '
+                   'stroke="#bf8700" stroke-width="1.2" stroke-dasharray="5 4"/>')
     out.append(f'<text x="14" y="{top_pad + ph / 2:.0f}" transform="rotate(-90 14 {top_pad + ph / 2:.0f})" '
-               f'text-anchor="middle" fill="#24292f">{_h(metric)} ({_h(direction)} is better)</text>')
-    # Bk step line
-    step = []
-    prev_y = None
-    for i, p in enumerate(history):
-        if p.bk is None:
-            continue
-        x0, x1, y = X(i) - pw / n / 2, X(i) + pw / n / 2, Y(p.bk)
-        if prev_y is not None:
-            step.append(f"L{x0:.1f},{y:.1f}")
-        else:
-            step.append(f"M{x0:.1f},{y:.1f}")
-        step.append(f"L{x1:.1f},{y:.1f}")
-        prev_y = y
-    if step:
-        out.append(f'<path d="{" ".join(step)}" fill="none" stroke="#0969da" stroke-width="2"/>')
-    every = max(1, math.ceil(n / 24))  # at most ~24 x labels
-    for i, p in enumerate(history):
-        x = X(i)
+               f'text-anchor="middle" fill="#24292f">{_h(metric)}: gain vs Bk ({_h(direction)} is better)</text>')
+    bw = max(4.0, min(36.0, pw / n * 0.6))
+    every = max(1, math.ceil(n / 16))
+    for i, p in enumerate(pts):
+        x, g = X(i), p.gain or 0.0
+        status = p.status or ("kept" if p.decision == "accept" else "rolled_back")
+        fill = "url(#rb)" if status in ("rolled_back", "superseded") else STATUS_COLOR.get(status, "#0969da")
+        y0, y1 = sorted((Y(0), Y(g)))
+        tip = f"{p.label} ({_status_word(p)}, {p.decision}): {_pct(g)} vs Bk"
+        if p.gain_low is not None and p.gain_high is not None:
+            tip += f" [{_pct(p.gain_low)} to {_pct(p.gain_high)}]"
+        tip += f" — {p.hypothesis}" if p.hypothesis else ""
+        out.append(f'<rect class="bar {_h(status)}" x="{x - bw / 2:.1f}" y="{y0:.1f}" width="{bw:.1f}" '
+                   f'height="{max(y1 - y0, 1):.1f}" fill="{fill}" stroke="#57606a" stroke-width="0.6">'
+                   f'<title>{_h(tip)}</title></rect>')
+        if p.gain_low is not None and p.gain_high is not None:
+            ya, yb = Y(p.gain_low), Y(p.gain_high)
+            out.append(f'<path class="interval" d="M{x:.1f},{ya:.1f} L{x:.1f},{yb:.1f} M{x - 5:.1f},{ya:.1f} '
+                       f'L{x + 5:.1f},{ya:.1f} M{x - 5:.1f},{yb:.1f} L{x + 5:.1f},{yb:.1f}" '
+                       'stroke="#24292f" stroke-width="1.2" fill="none"/>')
         if i % every == 0 or i == n - 1:
             out.append(f'<text x="{x:.1f}" y="{height - bottom + 16}" text-anchor="middle" fill="#24292f">'
                        f'{_h(p.label)}</text>')
-        if p.value is None:
-            out.append(f'<text x="{x:.1f}" y="{top_pad + ph - 4}" text-anchor="middle" fill="#8c959f">'
-                       f'<title>{_h(p.label)}: {_h(p.decision)} (not measured) {_h(p.hypothesis)}</title>–</text>')
-            continue
-        color = DECISION_COLOR.get(p.decision, "#0969da")
-        tip = f"{p.label}: {p.decision} {metric}={_num(p.value)}" + (f" — {p.hypothesis}" if p.hypothesis else "")
-        out.append(f'<circle cx="{x:.1f}" cy="{Y(p.value):.1f}" r="5.5" fill="{color}" stroke="#ffffff" '
-                   f'stroke-width="1.5"><title>{_h(tip)}</title></circle>')
-    # legend
-    lx = left
-    ly = height - 14
-    out.append(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="#0969da" stroke-width="2"/>'
-               f'<text x="{lx + 22}" y="{ly}" fill="#24292f">Bk</text>')
-    lx += 52
-    for d in ("accept", "review", "reject", "inconclusive", "error"):
-        out.append(f'<circle cx="{lx}" cy="{ly - 4}" r="4.5" fill="{DECISION_COLOR[d]}"/>'
-                   f'<text x="{lx + 8}" y="{ly}" fill="#24292f">{d}</text>')
-        lx += 14 + 7 * len(d) + 12
+            out.append(f'<text x="{x:.1f}" y="{height - bottom + 29}" text-anchor="middle" fill="#57606a">'
+                       f'{_h(_status_word(p))}</text>')
+    lx, ly = left, height - 8
+    for label, fill in (("kept / merged", STATUS_COLOR["kept"]), ("PR open", STATUS_COLOR["open"]),
+                        ("rolled back", "url(#rb)")):
+        out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{fill}" stroke="#57606a" '
+                   f'stroke-width="0.6"/><text x="{lx + 14}" y="{ly}" fill="#24292f">{label}</text>')
+        lx += 24 + 7 * len(label)
+    out.append(f'<text x="{lx}" y="{ly}" fill="#24292f">whisker: 95% interval</text>')
+    if min_gain is not None:
+        out.append(f'<text x="{lx + 150}" y="{ly}" fill="#bf8700">dashed: min_gain {_h(_pct(min_gain))}</text>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -758,20 +1004,52 @@ def render_html_report(
     ledger: Sequence[Any] = (),
     title: str = "rsi verifier report",
     max_ledger_rows: int = 1000,
+    links: ReportLinks | None = None,
 ) -> str:
     """A self-contained HTML page (inline CSS and SVG; no scripts, no external
-    resources) with the same content as the markdown report."""
+    resources; only ``links`` lead elsewhere) with the same content as the markdown report."""
     v = _as_verdict(verdict)
     assert v is not None
-    hist = _as_history(history, ledger)
+    b = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+         f"<title>{_h(title)}</title>", f"<style>{_CSS}</style></head><body>",
+         f"<h1>{_h(title)}</h1>"]
+    b += html_report_sections(v, history=history, ledger=ledger, links=links,
+                              max_ledger_rows=max_ledger_rows)
+    b.append("</body></html>")
+    return "\n".join(b) + "\n"
+
+
+def html_links(v: Verdict, links: ReportLinks | None) -> str:
+    """The markdown links line as HTML anchors ("" when none)."""
+    md = render_links(v, links)
+    if not md:
+        return ""
+    out = _h(md.removeprefix("**Links**: "))
+    out = re.sub(r"\[(.*?)\]\((https?://[^)\s]+)\)",
+                 lambda m: f'<a href="{m.group(2)}" rel="noopener noreferrer">{m.group(1).replace("`", "")}</a>', out)
+    return f'<p class="links">Links: {out}</p>'
+
+
+def html_report_sections(
+    verdict: Verdict | Mapping[str, Any],
+    *,
+    history: Sequence[HistoryPoint] | None = None,
+    ledger: Sequence[Any] = (),
+    links: ReportLinks | None = None,
+    max_ledger_rows: int = 1000,
+) -> list[str]:
+    """The report's HTML body (headline, table, tradeoffs, chart, reproduce
+    command, ledger, fingerprint), for a page of its own or the service's task page."""
+    v = _as_verdict(verdict)
+    assert v is not None
+    hist = _as_history(history, ledger, v)
     color = DECISION_COLOR[v.decision]
     md_head = headline(v).replace("**", "")
     comp = comparing_line(v).replace("`", "")
-    b = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-         f"<title>{_h(title)}</title>", f"<style>{_CSS}</style></head><body>",
-         f"<h1>{_h(title)}</h1>",
-         f'<p class="headline" style="--c:{color}">{_h(md_head)}</p>',
+    b = [f'<p class="headline" style="--c:{color}">{_h(md_head)}</p>',
          f"<p>{_h(v.reason)}</p>", f'<p class="muted">{_h(comp)}</p>']
+    if html_links(v, links):
+        b.append(html_links(v, links))
     rows = summary_rows(v)
     if rows:
         b.append("<table><thead><tr>" + "".join(f"<th>{_h(c)}</th>" for c in _HEADER) + "</tr></thead><tbody>")
@@ -792,10 +1070,14 @@ def render_html_report(
         if v.error.stderr_tail:
             b.append(f"<pre>{_h(v.error.stderr_tail[-4000:])}</pre>")
     if v.objective is not None:
-        svg = render_svg_chart(hist, metric=v.objective.metric, direction=v.objective.direction)
+        svg = render_svg_chart(hist, metric=v.objective.metric, direction=v.objective.direction,
+                               min_gain=v.objective.min_gain)
         if svg:
-            b.append(f"<h2>{_h(v.objective.metric)} over rounds</h2>")
+            b.append(f"<h2>{_h(v.objective.metric)}: gain of each candidate vs Bk</h2>")
             b.append(svg)
+    cmd = reproduce_command(v, links)
+    if cmd:
+        b.append(f"<h2>Reproduce locally</h2><pre>{_h(cmd)}</pre>")
     led = list(ledger)
     b.append(f"<h2>Ledger ({len(led)} records)</h2>")
     if led:
@@ -820,5 +1102,4 @@ def render_html_report(
     else:
         b.append('<p class="muted">No ledger records.</p>')
     b.append("<h2>Fingerprint</h2><pre>" + _h("\n".join(_fingerprint_lines(v))) + "</pre>")
-    b.append("</body></html>")
-    return "\n".join(b) + "\n"
+    return b

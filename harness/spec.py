@@ -25,8 +25,9 @@ the repo's bound), and every number must be a real number of the right kind:
                    ``require_external``, ``cross_check`` only turned on;
                    ``seed`` never
 ``agent``          ``kind`` from ``[agent] allowed_kinds``; ``rounds`` up to
-                   ``max_rounds``; ``round_timeout_s`` and
-                   ``max_straight_rejections`` only lowered
+                   ``max_rounds``; ``round_timeout_s``,
+                   ``max_straight_rejections``, ``max_tokens`` and
+                   ``max_cost_usd`` only lowered
 ``policy``         only tighter: ``editable`` narrows (a path must match both
                    lists), ``protected`` adds, ``max_changed_lines`` a whole
                    number lowered
@@ -126,6 +127,16 @@ class AgentSettings(_Model):
     kinds that run no external agent and get no credentials (tuner, replay)."""
     max_rounds: int = Field(50, ge=1, le=1000)
     """The most rounds a proposal may ask for (repo config only)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Token budget of the task (model tokens in + out over all rounds, as the
+    agent's client reports the endpoint's usage); no new round starts once spent."""
+    max_cost_usd: float | None = Field(None, gt=0)
+    """Cost budget of the task in US dollars; no new round starts once spent."""
+    price_in_per_mtok: float | None = Field(None, ge=0)
+    """Price of a million input tokens (USD): the round's cost is computed from
+    the tokens with these prices; unset, the agent's own cost figure is used."""
+    price_out_per_mtok: float | None = Field(None, ge=0)
+    """Price of a million output tokens (USD)."""
 
     @field_validator("kind")
     @classmethod
@@ -152,12 +163,24 @@ class RunnerProfile(_Model):
     """cuda: GPU ids; npu: davinci indices. Required for those devices: a profile
     never gets every accelerator on the machine by default."""
     env: dict[str, str] = Field(default_factory=dict)
+    runs_on: list[str] = Field(default_factory=list)
+    """GitHub Actions runner labels for jobs of this profile (the ``actions``
+    executor), e.g. ``["self-hosted", "linux", "cuda"]``. Empty: ``["self-hosted",
+    "<device>"]`` for cuda and npu, the bot's ``RSI_RUNNER_LABELS`` for cpu."""
     writable_checkouts: bool = False
     """Mount the checkouts read-write in verifier containers. Off by default:
     the candidate's code runs in the same container as the baselines' and must
     not be able to change their trees. Turn on only for benchmarks whose setup
     builds in the tree."""
 
+
+    @field_validator("runs_on")
+    @classmethod
+    def _labels(cls, v: list[str]) -> list[str]:
+        for label in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", label):
+                raise ValueError(f"runs_on label {label!r}: letters, digits, '.', '_' and '-' only")
+        return v
 
     @model_validator(mode="after")
     def _network_and_devices(self) -> RunnerProfile:
@@ -441,7 +464,8 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 _ALLOWED = {
     "objective": {"benchmark", "metric", "min_gain"},
-    "agent": {"kind", "rounds", "round_timeout_s", "max_straight_rejections"},
+    "agent": {"kind", "rounds", "round_timeout_s", "max_straight_rejections", "max_tokens",
+              "max_cost_usd"},
     "policy": {"editable", "protected", "max_changed_lines"},
     "runner": {"profile"},
 }
@@ -695,6 +719,10 @@ def _merge_agent(repo: dict[str, Any], merged: dict[str, Any], ok: dict[str, Any
             why = f"= {ok[k]} is outside {low}..{top}, the bounds the repo config sets"
         if why:
             errors.append(f"proposal [agent] {k} {why}")
+    for k in ("max_tokens", "max_cost_usd"):  # spending budgets: a proposal only lowers them
+        if k in ok and (_number(ok[k], k) or (base.get(k) is not None and ok[k] > base[k])):
+            errors.append(f"proposal [agent] {k} = {ok[k]!r}: must be a number no higher than "
+                          f"the repo config's ({base.get(k)})")
     merged["agent"] = {**merged.get("agent", {}), **ok}
     return errors
 
@@ -727,7 +755,10 @@ def _merge_policy(merged: dict[str, Any], ok: dict[str, Any]) -> list[str]:
             errors.append(f"proposal [policy] {k}: must be a list of path globs (strings)")
     if "editable" in ok and _strings(ok["editable"]) is not None:
         pol["narrow"] = _strings(ok["editable"])
-    if "protected" in ok and _strings(ok["protected"]) is not None:
+    if any(g.lstrip().startswith("!") for g in _strings(ok.get("protected")) or []):
+        errors.append("proposal [policy] protected: a '!' glob would un-protect paths; a "
+                      "proposal may only add protected paths")
+    elif "protected" in ok and _strings(ok["protected"]) is not None:
         have = list(pol.get("protected", []))
         pol["protected"] = have + [p for p in _strings(ok["protected"]) if p not in have]
     if "max_changed_lines" in ok:

@@ -1,7 +1,7 @@
 """Workspaces: plain exports of committed shas, the agent's tree, and the
 candidate's way back into git.
 
-The trust boundary (DESIGN.md rule 1) runs through this module:
+The trust boundary (docs/architecture.md, rule 1) runs through this module:
 
 * :func:`export_commit` writes the tree of a commit as plain files (blob bytes
   as committed, exec bits, symlinks as symlinks; submodules skipped) into a

@@ -1,6 +1,6 @@
 """Shared test configuration: markers for costly tests.
 
-Tests marked ``docker``, ``postgres`` or ``torch`` skip with a clear reason
+Tests marked ``docker``, ``postgres``, ``torch`` or ``chromium`` skip with a clear reason
 where this machine cannot run them, except when the matching
 ``RSI_REQUIRE_*=1`` variable is set (``.ci/run`` sets them), where a missing
 dependency fails the test instead: CI must never pass by skipping.
@@ -51,7 +51,14 @@ def torch_unavailable_reason() -> str | None:
     return None
 
 
+def chromium_unavailable_reason() -> str | None:
+    if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
+        return "chromium not installed (apt-get install chromium; .ci/run installs it)"
+    return None
+
+
 _CHECKS = {
+    "chromium": (chromium_unavailable_reason, "RSI_REQUIRE_CHROMIUM"),
     "docker": (docker_unavailable_reason, "RSI_REQUIRE_DOCKER"),
     "postgres": (postgres_unavailable_reason, "RSI_REQUIRE_POSTGRES"),
     "torch": (torch_unavailable_reason, "RSI_REQUIRE_TORCH"),

@@ -2,8 +2,9 @@
 
 Definitions (objective metric, per-pair log ratios d of A/A pairs):
 
-* ``per_pair_sd``: the standard deviation of d winsorized at 3 robust sds
-  (1.4826 x MAD), about sqrt(2) x the run-to-run CV; the judge pools it with
+* ``per_pair_sd``: the spread of d as the judge measures its own
+  (``stats.robust_location``: outlier pairs set aside, classic standard
+  deviation of the rest), about sqrt(2) x the run-to-run CV; the judge pools it with
   each verification's own spread (``prior_df`` degrees of freedom), which
   makes its early looks far sharper;
 * ``bias``: an A/A offset larger than its own noise (|t| above the 99.9%
@@ -13,12 +14,16 @@ Definitions (objective metric, per-pair log ratios d of A/A pairs):
   not added again: the sequential test already accounts for it;
 * ``spread``: the A/A ratio's standard error at ``max_pairs`` pairs (shown);
 * ``min_detectable_gain``: the smallest true gain the judge accepts with
-  about 90% probability within ``max_pairs`` pairs:
-  ``margin + (t_final + z_{0.90}) * per_pair_sd / sqrt(max_pairs)``, with
+  probability ``power`` (``[verifier] feasibility_power``, 90% by default)
+  within ``max_pairs`` pairs:
+  ``margin + (t_final + z_power) * per_pair_sd / sqrt(max_pairs)``, with
   ``t_final`` the design's critical value at its last look.
 
 ``ok_for(min_gain)`` refuses a task whose ``min_gain`` is below that, saying
-what would make it feasible.
+what would make it feasible and where the noise comes from: ``noise_source``
+(``steady``, ``machine``, ``benchmark``) and ``noise_note``, from the per-run
+CPU time, context switches, throttled time and a fixed machine probe
+(``verifier.noise``).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from .config import ConfigError, Direction, VerifyConfig
 from .fingerprint import collect
 from .isolation import Isolation
 from .measure import Progress, Session, hidden_env
-from .stats import Design, huber_location, log_ratios, robust_sd
+from .noise import NoiseReading, classify, machine_probe
+from .stats import Design, huber_location, log_ratios, robust_location
 from .verdict import Fingerprint, RunError
 
 POWER = 0.90
@@ -53,12 +59,17 @@ class Calibration(BaseModel):
     level: float = 0.95
     floor: float = 0.0
     alpha: float = 0.01
+    power: float = POWER
+    """The power at ``min_gain`` that ``ok_for`` demands ([verifier] feasibility_power)."""
     per_pair_sd: float = 0.0
     aa_gain: float = 0.0
     bias: float = 0.0
     spread: float = 0.0
     noise_margin: float = 0.0
     min_detectable_gain: float = 0.0
+    noise_source: str = "unknown"
+    """steady | machine | benchmark | unknown (``verifier.noise.classify``)."""
+    noise_note: str = ""
     fingerprint: Fingerprint | None = None
     error: RunError | None = None
     warnings: tuple[str, ...] = ()
@@ -75,6 +86,7 @@ class Calibration(BaseModel):
         level: float = 0.95,
         floor: float = 0.0,
         alpha: float = 0.01,
+        power: float = POWER,
         fingerprint: Fingerprint | None = None,
         warnings: tuple[str, ...] = (),
     ) -> Calibration:
@@ -82,7 +94,7 @@ class Calibration(BaseModel):
         if d.size < 2:
             raise ValueError("calibration needs at least 2 A/A pairs")
         loc = huber_location(d)
-        sd = robust_sd(d)
+        sd = robust_location(d).scale  # the same spread the judge's own looks use
         offset = abs(loc.point)
         bias = offset if loc.se > 0 and offset > BIAS_T * loc.se else 0.0
         if bias:
@@ -107,7 +119,8 @@ class Calibration(BaseModel):
             bias=bias,
             spread=math.expm1(sd / math.sqrt(max_pairs)),
             noise_margin=margin,
-            min_detectable_gain=_mdg(sd, max_pairs, margin, alpha, d.size),
+            min_detectable_gain=_mdg(sd, max_pairs, margin, alpha, d.size, power),
+            power=power,
             fingerprint=fingerprint,
             warnings=warnings,
         )
@@ -132,8 +145,8 @@ class Calibration(BaseModel):
         )
         if min_gain >= mdg:
             return True, (
-                f"ok: min_gain {min_gain:.2%} is detectable (smallest detectable gain "
-                f"{mdg:.2%} with {self.max_pairs} pairs; {noise})"
+                f"ok: min_gain {min_gain:.2%} is detectable (smallest gain accepted with "
+                f"{self.power:.0%} probability: {mdg:.2%} with {self.max_pairs} pairs; {noise})"
             )
         need = self.pairs_needed(min_gain)
         how = f"raise [verifier] max_pairs to {need}, " if need is not None else ""
@@ -143,12 +156,14 @@ class Calibration(BaseModel):
             f"Raise min_gain to at least {math.ceil(mdg * 1000) / 1000:.1%}, {how}or make the "
             "benchmark "
             f"steadier (longer runs, pinned threads, fewer background jobs)."
+            + (f" Where the noise comes from: {self.noise_note}." if self.noise_note else "")
         )
 
     def pairs_needed(self, min_gain: float, cap: int = 1000) -> int | None:
         n = max(self.max_pairs, 2)
         while n <= cap:
-            if _mdg(self.per_pair_sd, n, self.noise_margin, self.alpha, self.pairs) <= min_gain:
+            mdg = _mdg(self.per_pair_sd, n, self.noise_margin, self.alpha, self.pairs, self.power)
+            if mdg <= min_gain:
                 return n
             n += 10
         return None
@@ -156,17 +171,47 @@ class Calibration(BaseModel):
 
 @lru_cache(maxsize=8)
 def _final_z(alpha: float) -> float:
-    """The default design's z boundary at its last look (6, 8, ..., 30 pairs); it
+    """The default design's z boundary at its last look (4, 6, ..., 30 pairs); it
     varies little with the number of looks, so it stands in for any budget."""
-    return Design.from_schedule(6, 2, 30, alpha=alpha).z_boundary(30)
+    return Design.from_schedule(4, 2, 30, alpha=alpha).z_boundary(30)
 
 
-def _mdg(sd: float, n: int, margin: float, alpha: float, cal_pairs: int) -> float:
+def _mdg(
+    sd: float, n: int, margin: float, alpha: float, cal_pairs: int, power: float = POWER
+) -> float:
     """Smallest gain accepted with ~90% power at the last look of ``n`` pairs."""
     df = n - 1 + max(cal_pairs - 1, 0)
     crit = float(_st.t.isf(_st.norm.sf(_final_z(alpha)), df))
-    z = crit + _st.norm.ppf(POWER)
+    z = crit + _st.norm.ppf(power)
     return math.expm1(math.log1p(margin) + z * sd / math.sqrt(n))
+
+
+def _probe_after_run(arm: str, rec, index: int) -> None:
+    """The machine's speed right after each run (``noise.machine_probe``)."""
+    rec.extra["probe_s"] = machine_probe()
+
+
+def noise_reading(s: Session) -> NoiseReading:
+    """Per-run readings of an A/A session, interleaved pair by pair (a_i, b_i)."""
+
+    def col(get) -> np.ndarray | None:
+        try:
+            vals = [[get(r) for r in s.records[arm]] for arm in ("a", "b")]
+            arr = np.asarray(vals, dtype=float).T.ravel()
+        except (TypeError, ValueError):
+            return None
+        return None if np.isnan(arr).any() else arr
+
+    def ext(key):
+        return lambda r: float(r.extra[key]) if key in r.extra else math.nan
+
+    return NoiseReading(
+        wall=col(lambda r: r.wall_s),
+        cpu=col(lambda r: r.cpu_s if r.cpu_s else math.nan),
+        involuntary=col(ext("involuntary_switches")),
+        throttled=col(ext("throttled_s")),
+        probe=col(ext("probe_s")),
+    )
 
 
 def calibrate(
@@ -192,6 +237,7 @@ def calibrate(
         level=v.level,
         floor=v.min_noise_margin,
         alpha=v.alpha,
+        power=v.feasibility_power,
         fingerprint=fp,
     )
     try:
@@ -210,7 +256,10 @@ def calibrate(
             extra_env=env,
             drop_env=drop,
             progress=progress,
+            on_run=_probe_after_run,
             isolation=isolation,
+            cpus=v.cpus,
+            threads=v.threads,
         ) as s:
             err = s.setup() or s.warmup(v.warmup) or s.add_pairs(n)
             if err is not None:
@@ -231,9 +280,11 @@ def calibrate(
 
             for arm, vals in (("A", a), ("A'", b)):
                 warnings += value_warnings(f"{metric} ({arm})", vals)
-            return Calibration.from_log_ratios(
+            cal = Calibration.from_log_ratios(
                 d, direction=direction, warnings=tuple(warnings), **base
             )
+            source, note = classify(cal.per_pair_sd, noise_reading(s))
+            return cal.model_copy(update={"noise_source": source, "noise_note": note})
     except Exception as e:  # noqa: BLE001 - never raise on a benchmark's behalf
         return Calibration(
             **base, direction=direction, error=RunError(stage="calibration", message=repr(e))

@@ -26,7 +26,11 @@ source (``metric_source``): ``verifier``, ``client``, ``evaluator`` or
 refuses an objective or required guard whose source is ``benchmark``.
 
 Default guards (added for metrics that exist and have no guard of their own):
-p99 latencies at most +5%, peak memory at most +2%, startup time at most +10%.
+p95 latencies at most +10%, peak memory at most +2%, startup time at most +10%.
+The tail guard is on p95, not p99: a p99 over 16 requests a run is the single
+slowest request, and even pooled over 30 runs its interval is too wide for
+any bound near 1.05 to be judged 95/95 (see benchmarks/verifier_quality.py);
+a config may still declare a p99 guard.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ PERCENTILES = (50, 95, 99)
 _UNIT_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_mib", "_mb", "_tokens")
 
 #: Default guards: (predicate on metric name, max_ratio, label).
-DEFAULT_MAX_RATIO = {"p99": 1.05, "memory": 1.02, "startup": 1.10}
+DEFAULT_MAX_RATIO = {"p95": 1.10, "memory": 1.02, "startup": 1.10}
 
 
 def percentile_name(series: str, q: int) -> str:
@@ -76,8 +80,8 @@ def default_bound(metric: str, direction: str) -> float | None:
     """The default max_ratio for a metric, or None when no default applies."""
     if direction != "lower":
         return None
-    if re.search(r"(^|_)p99(_|$)", metric):
-        return DEFAULT_MAX_RATIO["p99"]
+    if re.search(r"(^|_)p95(_|$)", metric):
+        return DEFAULT_MAX_RATIO["p95"]
     if metric in ("peak_rss_mib", "device_peak_memory_mib"):
         return DEFAULT_MAX_RATIO["memory"]
     if metric == "startup_s":
@@ -292,13 +296,13 @@ class QualityGuard(_Model):
 class VerifierSettings(_Model):
     warmup: int = Field(1, ge=0)
     """Runs per arm at the start, discarded."""
-    initial_pairs: int = Field(6, ge=2)
+    initial_pairs: int = Field(4, ge=2)
     """First look of the sequential design (pairs)."""
     step: int = Field(2, ge=2)
     """Pairs added between looks (2 = one ABBA block)."""
     max_pairs: int = Field(30, ge=2)
     seed: int = 0
-    calibration_pairs: int = Field(12, ge=2)
+    calibration_pairs: int = Field(20, ge=2)
     """A/A pairs; their spread is pooled into every verification's early looks."""
     bootstrap: int = Field(10_000, ge=10_000)
     """Bootstrap resamples (at least 10,000)."""
@@ -309,7 +313,11 @@ class VerifierSettings(_Model):
     level: float = Field(0.95, gt=0.5, lt=1)
     """Confidence level of the descriptive intervals (metrics table)."""
     guard_level: float = Field(0.90, gt=0.5, lt=1)
-    """Guards: two one-sided 5% tests (a 90% interval): pass below the bound, fail above."""
+    """Guards at the last look: a 90% interval; pass when it lies within the
+    bound, fail when wholly beyond, else decided by the point estimate."""
+    guard_interim_level: float = Field(0.98, gt=0.5, lt=1)
+    """Guards at earlier looks: pass or fail early only when this wider
+    interval lies within or wholly beyond the bound (else: more pairs)."""
     min_noise_margin: float = Field(0.0, ge=0)
     """Floor of the bias margin an accepted gain's interval must clear."""
     default_guards: bool = True
@@ -318,6 +326,16 @@ class VerifierSettings(_Model):
     process reports (source ``benchmark``)."""
     cross_check: bool = True
     """Compare a self-reported objective with the verifier's own clock."""
+    feasibility_power: float = Field(0.90, ge=0.5, lt=1)
+    """Calibration refuses a task unless a gain of ``min_gain`` would be
+    accepted with this probability within ``max_pairs``; 0.5: ``min_gain`` is
+    the gain accepted half the time (larger gains far more often)."""
+    cpus: str | None = Field(None, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+    """Pin every run of both arms to this CPU set (``"0-1"``, ``"2,3"``):
+    affinity for process isolation, ``cpuset_cpus`` for containers."""
+    threads: int | None = Field(None, ge=1)
+    """OMP/MKL/OpenBLAS/NumExpr thread counts (and ``RSI_THREADS``) for both
+    arms; default with ``cpus``: one per pinned CPU. A benchmark's env wins."""
 
 
 class Hidden(_Model):

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TAIL_CHARS = 4000
 POLL_S = 0.01
+SWITCH_POLL_S = 0.1  # how often a container's processes' context switches are read
 RUN_MOUNT = "/rsi/run"
 INPUT_MOUNT = "/rsi/input"
 SRC_MOUNT = "/rsi/src"
@@ -109,6 +110,52 @@ def child_env(
     }
     env.update(extra or {})
     return env
+
+
+#: Thread-count variables set to the pinned CPU count (or ``threads``) for
+#: both arms alike, unless the benchmark's own env sets them.
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "RSI_THREADS",
+)
+
+
+def parse_cpus(text: str) -> tuple[int, ...]:
+    """A cpuset list (``"0-1"``, ``"2,4-5"``) as sorted CPU ids. Raises ValueError."""
+    out: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"cpus {text!r}: write a cpuset list such as 0-1 or 2,4-5")
+        out.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return tuple(sorted(out))
+
+
+def pin_env(cpus: tuple[int, ...], threads: int | None) -> dict[str, str]:
+    """Thread settings for pinned runs: ``threads``, else one per pinned CPU."""
+    n = threads or len(cpus)
+    return {k: str(n) for k in THREAD_VARS} if n else {}
+
+
+def switches(pids) -> dict[int, tuple[int, int]]:
+    """pid -> (voluntary, involuntary) context switches so far, from /proc."""
+    out = {}
+    for pid in pids:
+        try:
+            st = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        f = dict(line.split(":", 1) for line in st.splitlines() if ":" in line)
+        with contextlib.suppress(KeyError, ValueError):
+            out[pid] = (
+                int(f["voluntary_ctxt_switches"]),
+                int(f["nonvoluntary_ctxt_switches"]),
+            )
+    return out
 
 
 class Handle(Protocol):
@@ -226,10 +273,11 @@ class ProcessHandle:
 
     host = "127.0.0.1"
 
-    def __init__(self, job: Job, env: dict[str, str]):
+    def __init__(self, job: Job, env: dict[str, str], cpus: tuple[int, ...] = ()):
         self.job = job
         self.t0 = time.perf_counter()
         self.output = _Output(job.ready_pattern, self.t0)
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self.proc = subprocess.Popen(
             job.command,
             shell=True,
@@ -239,6 +287,7 @@ class ProcessHandle:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=pin,  # noqa: PLW1509 - only sched_setaffinity, before exec
         )
         self.readers = [
             threading.Thread(target=self._read, args=(pipe, sink), daemon=True)
@@ -322,6 +371,10 @@ class ProcessHandle:
         out, err = self.output.tails()
         rc = os.waitstatus_to_exitcode(self.status) if self.status is not None else -9
         cpu = self.usage.ru_utime + self.usage.ru_stime if self.usage is not None else None
+        extra = {}
+        if self.usage is not None:  # the command and the children it waited for
+            extra["voluntary_switches"] = int(self.usage.ru_nvcsw)
+            extra["involuntary_switches"] = int(self.usage.ru_nivcsw)
         return CommandResult(
             returncode=rc,
             wall_s=wall,
@@ -331,18 +384,34 @@ class ProcessHandle:
             peak_rss_mib=self.peak / (1024 * 1024),
             ready_s=self.output.ready_at,
             cpu_s=cpu,
+            extra=extra,
         )
 
 
 class ProcessIsolation:
     """Today's behaviour: each job is a fresh process group on this host; the
-    group is killed when the job ends. ``cpu_s`` covers the main process and
-    the children it waited for. The checkout is NOT write-protected."""
+    group is killed when the job ends. ``cpu_s`` and the context switches
+    cover the main process and the children it waited for. The checkout is
+    NOT write-protected. ``pin``: every job on the same CPUs (affinity) with
+    the same thread settings."""
 
     kind = "process"
 
     def __init__(self, base_env: dict[str, str] | None = None):
         self.base_env = base_env
+        self.cpus: tuple[int, ...] = ()
+        self.pinned_env: dict[str, str] = {}
+
+    def pin(self, cpus: str | None, threads: int | None = None) -> None:
+        """Run every job on ``cpus`` (a cpuset list) with thread settings for them."""
+        if cpus:
+            want = parse_cpus(cpus)
+            bad = sorted(set(want) - set(os.sched_getaffinity(0)))
+            if bad:
+                raise ValueError(f"cpus {cpus!r}: CPU(s) {bad} are not available to the verifier")
+            self.cpus = want
+        if cpus or threads:
+            self.pinned_env = pin_env(self.cpus, threads)
 
     def start(self, job: Job) -> ProcessHandle:
         if not Path(job.checkout).is_dir():
@@ -353,8 +422,8 @@ class ProcessIsolation:
             paths["RSI_OUTPUT_DIR"] = str(job.run_dir / "outputs")
         if job.input_dir is not None:
             paths["RSI_INPUT_DIR"] = str(job.input_dir)
-        env = child_env(self.base_env, {**job.env, **paths}, drop=job.drop)
-        return ProcessHandle(job, env)
+        env = child_env(self.base_env, {**self.pinned_env, **job.env, **paths}, drop=job.drop)
+        return ProcessHandle(job, env, self.cpus)
 
     @contextlib.contextmanager
     def private_network(self) -> Iterator[str | None]:
@@ -585,6 +654,7 @@ class ContainerHandle:
         self.reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self.reader.start()
         self.peak = 0
+        self.sw: dict[int, tuple[int, int]] = {}
         self.end: float | None = None
         self.pidfd = self._exec_pidfd()
 
@@ -659,6 +729,16 @@ class ContainerHandle:
     def _sample(self) -> None:
         with contextlib.suppress(OSError):
             self.peak = max(self.peak, self.cgroup.tree_rss(self.init_pid))
+            # cgroup v1/v2 keep no context-switch counts: sum the job's processes'
+            # own counters, sampled while they live (short-lived children are missed)
+            now = time.perf_counter()
+            if now - getattr(self, "_sw_at", 0.0) < SWITCH_POLL_S:
+                return
+            self._sw_at = now
+            pids = [p for p in self.cgroup.pids() if p != self.init_pid]
+            for pid, (v, i) in switches(pids).items():
+                old = self.sw.get(pid, (0, 0))
+                self.sw[pid] = (max(v, old[0]), max(i, old[1]))
 
     def wait_ready(self, timeout_s: float) -> float | None:
         deadline = time.perf_counter() + timeout_s
@@ -706,6 +786,9 @@ class ContainerHandle:
             extra["leftover_processes"] = self.leftover
         if thr1 is not None:
             extra["throttled_s"] = max(0.0, thr1 - self.thr0)
+        if getattr(self, "sw", None):
+            extra["voluntary_switches"] = sum(v for v, _ in self.sw.values())
+            extra["involuntary_switches"] = sum(i for _, i in self.sw.values())
         self.result = CommandResult(
             returncode=-9 if timed_out else exit_code,
             wall_s=wall,
@@ -804,6 +887,18 @@ class ContainerIsolation:
         self.user = str(kw.pop("user", "1000:1000"))
         self.env = {str(k): str(v) for k, v in dict(kw.pop("environment", {}) or {}).items()}
         self.base = kw
+
+    def pin(self, cpus: str | None, threads: int | None = None) -> None:
+        """Every job's container on ``cpus`` (``cpuset_cpus``) with thread
+        settings for them; thread variables the spec sets stay as they are."""
+        pinned: tuple[int, ...] = ()
+        if cpus:
+            pinned = parse_cpus(cpus)
+            self.base["cpuset_cpus"] = ",".join(map(str, pinned))
+        elif self.base.get("cpuset_cpus"):
+            pinned = parse_cpus(str(self.base["cpuset_cpus"]))
+        for k, v in pin_env(pinned, threads).items():
+            self.env.setdefault(k, v)
 
     def paths(self, job: Job) -> dict[str, str]:
         out = {}

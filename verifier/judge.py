@@ -12,11 +12,16 @@ Flow of ``verify``:
    - objective clearly worse / wholly below ``min_gain``: ``reject`` (stop);
    - objective accepted and every guard clear: stop;
    - otherwise add ``step`` pairs, up to ``max_pairs``.
+   Guards pass or fail early only on a wide interval (``guard_interim_level``);
+   at the last look one still unclear is decided by its point estimate
+   (``stats.bound_status``), so that a real regression beyond the bound fails
+   and no regression passes, each >= 95% of the time in the quality table.
 4. Guards naming other benchmarks are measured (``initial_pairs`` pairs) once
-   the objective is accepted.
+   the objective is accepted, and judged as at a last look.
 5. Decision: reject > inconclusive (objective unclear at the cap) > review
-   (a guard interval straddles its bound; a gain above 2x; above 10x the
-   candidate is quarantined) > accept.
+   (a guard still unclear when the objective is accepted, which the last-look
+   rule leaves only to callers of ``_decide`` with interim results; a gain
+   above 2x; above 10x the candidate is quarantined) > accept.
 
 Anything that goes wrong (a crash, a timeout, a bad result, an exception in
 here) is ``error`` with a ``RunError``: never a regression, never a zero.
@@ -40,6 +45,7 @@ from .config import Direction, Guard, QualityGuard, VerifyConfig
 from .fingerprint import FingerprintMismatch, collect, ensure_comparable
 from .isolation import Isolation
 from .measure import ARM_STAGE, Progress, ProgressEvent, Session, hidden_env
+from .noise import explain_runs
 from .quality import (
     QualityError,
     _texts,
@@ -200,7 +206,9 @@ class Evaluator:
         return est, s.source(metric)
 
     # ---- guards ------------------------------------------------------------------
-    def guards(self, s: Session) -> list[GuardResult]:
+    def guards(self, s: Session, *, final: bool = False) -> list[GuardResult]:
+        """Every guard on this session; ``final``: the last look (no more pairs
+        will come), where a metric guard still unclear is decided by its point."""
         out: list[GuardResult] = []
         failed = sum(r.result.failed for r in s.records["candidate"] if r.result is not None)
         requests = sum(
@@ -225,14 +233,20 @@ class Evaluator:
         directions = s.directions()
         for g in self.config.guards_for(s.bench.name, directions):
             for ref in self.refs:
-                out.append(self.metric_guard(s, g, ref, directions))
+                out.append(self.metric_guard(s, g, ref, directions, final=final))
         for q in self.config.quality_for(s.bench.name):
             for ref in self.refs:
                 out.append(self.quality_guard(q, ref))
         return out
 
     def metric_guard(
-        self, s: Session, g: Guard, ref: str, directions: dict[str, Direction]
+        self,
+        s: Session,
+        g: Guard,
+        ref: str,
+        directions: dict[str, Direction],
+        *,
+        final: bool = False,
     ) -> GuardResult:
         label = g.label + (
             "" if s.bench.name == self.config.objective.benchmark else f" ({s.bench.name})"
@@ -251,7 +265,8 @@ class Evaluator:
                 status="skipped",
                 detail=f"'{g.metric}' was not reported by every run; cannot check it",
             )
-        est_src = self.compare(s, g.metric, ref, log=g.kind == "ratio", level=self.v.guard_level)
+        level = self.v.guard_level if final else self.v.guard_interim_level
+        est_src = self.compare(s, g.metric, ref, log=g.kind == "ratio", level=level)
         if est_src is None:
             return GuardResult(
                 **base,
@@ -268,7 +283,12 @@ class Evaluator:
         status = bound_status(lo, hi, upper=upper, lower=lower)
         fmt = (lambda v: f"{v:.3f}x") if g.kind == "ratio" else (lambda v: f"{v:+.4g}")
         detail = f"{fmt(point)} [{fmt(lo)}, {fmt(hi)}], bound {g.bound_text}"
-        if status == "unclear":
+        if status == "unclear" and final:
+            status = bound_status(lo, hi, upper=upper, lower=lower, point=point)
+            detail += (
+                f" (interval straddles the bound at the last look: decided by the point, {status})"
+            )
+        elif status == "unclear":
             detail += " (interval straddles the bound)"
         return GuardResult(
             **base,
@@ -530,6 +550,8 @@ def _verify(
         progress=progress,
         on_run=judge.on_run_for(qguards, arms),
         isolation=isolation,
+        cpus=v.cpus,
+        threads=v.threads,
         base_checkout=baseline,
     ) as s:
         err = s.setup() or s.warmup(v.warmup)
@@ -562,7 +584,7 @@ def _verify(
                     )
             gains = log_ratios(c, r) * (1 if direction == "higher" else -1)
             look = judge_objective(gains, min_gain=min_gain, design=design, margin=margin, **prior)
-            guard_results = judge.guards(s)
+            guard_results = judge.guards(s, final=target == design.max_pairs)
             if any(g.status == "fail" for g in guard_results) or look.decision == "reject":
                 break
             if look.decision == "accept" and not any(g.status == "unclear" for g in guard_results):
@@ -577,6 +599,9 @@ def _verify(
         )
         for arm in s.names:
             warnings += value_warnings(f"{metric} ({_arm_label(arm)})", s.values(arm, metric))
+            why = explain_runs(s.records[arm])
+            if why:
+                warnings.append(f"{_arm_label(arm)} runs: {why}")
         if "b0" in arms:
             cb0 = s.values("b0", metric)
             gain_vs_b0 = math.expm1(
@@ -630,13 +655,15 @@ def _verify(
                 on_run=oj.on_run_for(config.quality_for(other_name), arms),
                 run_offset=runs,
                 isolation=isolation,
+                cpus=v.cpus,
+                threads=v.threads,
                 base_checkout=baseline,
             ) as os_:
                 err = os_.setup() or os_.warmup(v.warmup) or os_.add_pairs(v.initial_pairs)
                 runs += os_.runs
                 if err is not None:
                     return _error(err, runs=runs, pairs=pairs, objective=objective, **base)
-                guard_results += oj.guards(os_)
+                guard_results += oj.guards(os_, final=True)
                 metrics += [
                     m.model_copy(update={"name": f"{other_name}.{m.name}"})
                     for m in oj.metrics(os_)

@@ -92,7 +92,11 @@ class Session:
         run_offset: int = 0,
         isolation: Isolation | None = None,
         base_checkout: Path | None = None,
+        cpus: str | None = None,
+        threads: int | None = None,
     ):
+        """``cpus``/``threads``: every run of every arm on the same pinned CPU set
+        with the same thread settings (``[verifier] cpus``, ``threads``)."""
         self.bench = bench
         self.arms = dict(arms)
         self.names = list(arms)
@@ -106,6 +110,9 @@ class Session:
         self.run_offset = run_offset
         self.planned = 0
         self.isolation = isolation or ProcessIsolation()
+        pin = getattr(self.isolation, "pin", None)
+        if pin is not None and (cpus or threads):
+            pin(cpus, threads)
         self.base_checkout = Path(base_checkout or arms.get("bk") or next(iter(arms.values())))
         self._tmp = Path(tempfile.mkdtemp(prefix="rsi-verify-"))
 

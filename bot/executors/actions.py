@@ -36,7 +36,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from bot import jobs, render
+from bot import checks, jobs, obs, render
 from bot.context import Context, harness_task_id
 from bot.harness_port import event_view
 from bot.status import refresh_status
@@ -70,6 +70,31 @@ def job_document(ctx: Context, run: JobRun) -> dict[str, Any]:
     return doc
 
 
+def runner_labels(ctx: Context, task: Any) -> list[str]:
+    """The runner labels of the task's runner profile (``runs_on``; for cuda and npu
+    profiles without it ``["self-hosted", device]``; else ``RSI_RUNNER_LABELS``)."""
+    from bot.handlers.labeled import CONFIG_PATH
+    from bot.harness_port import SpecError
+
+    text = ctx.gh.get_file_text(task.repo, CONFIG_PATH)
+    if text is None:
+        return list(ctx.settings.runner_labels)
+    try:
+        spec = ctx.harness.build_task(text, task.proposal,
+                                      harness_task_id(task.issue, task.generation))
+    except SpecError:
+        return list(ctx.settings.runner_labels)  # the runner's job reports the errors
+    runner = getattr(spec, "runner", None)
+    profile = runner.active if runner is not None else None
+    if profile is None:
+        return list(ctx.settings.runner_labels)
+    if profile.runs_on:
+        return list(profile.runs_on)
+    if profile.device in ("cuda", "npu"):
+        return ["self-hosted", profile.device]
+    return list(ctx.settings.runner_labels)
+
+
 class ActionsExecutor:
     name = "actions"
 
@@ -86,18 +111,23 @@ class ActionsExecutor:
         if not base:
             clone, default = jobs.ensure_clone(ctx, task)
             base = rev_parse(clone, f"refs/remotes/origin/{default}")
+        labels = runner_labels(ctx, task)
+        if run.job.kind in ("run_task", "reverify"):  # a rebaseline reports per candidate
+            checks.ensure(ctx, task, run.job.id, run.job.kind, head_sha=doc.get("sha"),
+                          n=(run.payload.get("n") if run.job.kind == "reverify" else None))
         doc["nonce"] = nonce = secrets.token_hex(16)
+        doc["runner_labels"] = labels
         ctx.store.record_dispatch(nonce, repo=repo, task_id=task.id, generation=task.generation,
                                   kind=run.job.kind, doc=doc, base_sha=base)
-        inputs = {"job": json.dumps(doc, sort_keys=True),
-                  "runner_labels": json.dumps(list(ctx.settings.runner_labels))}
+        inputs = {"job": json.dumps(doc, sort_keys=True), "runner_labels": json.dumps(labels)}
         ref = ctx.gh.default_branch(repo)
         run_id = ctx.gh.dispatch_workflow(repo, ctx.settings.job_workflow, ref, inputs)
         if run_id:
             ctx.store.set_dispatch_run(nonce, int(run_id))
+        checks.dispatched(ctx, repo, run.job.id, int(run_id) if run_id else None, labels)
         jobs._best_effort(refresh_status, ctx, doc["payload"]["task_id"],
-                          note=f"Dispatched to runners `{', '.join(ctx.settings.runner_labels)}`.")
-        return f"dispatched {run.job.kind} to {ctx.settings.job_workflow}"
+                          note=f"Dispatched to runners `{', '.join(labels)}`.")
+        return f"dispatched {run.job.kind} to {ctx.settings.job_workflow} ({', '.join(labels)})"
 
 
 def read_artifact(data: bytes) -> tuple[dict[str, Any], bytes | None]:
@@ -139,6 +169,7 @@ def ingest(ctx: Context, repo: str, run_id: int, *, conclusion: str | None = Non
     if not arts:
         if conclusion == "success":
             raise Retry(f"run {run_id} has no {ARTIFACT} artifact yet")
+        checks.run_ended(ctx, run_id, conclusion)
         return f"run {run_id} ended {conclusion} without a result (runner or workflow error)"
     result, bundle = read_artifact(ctx.gh.download_artifact(repo, arts[0].id))
     nonce = str((result.get("job") or {}).get("nonce") or "")
@@ -164,6 +195,7 @@ def _apply(ctx: Context, repo: str, rec: Any, result: dict[str, Any], bundle: by
     task = ctx.store.task(rec.task_id)
     if task is None:
         raise Permanent(f"task {rec.task_id} does not exist")
+    obs.bind_task(task.id)
     if task.generation != rec.generation:
         return "superseded"
     clone, _default = jobs.ensure_clone(ctx, task)
@@ -172,15 +204,18 @@ def _apply(ctx: Context, repo: str, rec: Any, result: dict[str, Any], bundle: by
     events = [ev for ev in (event_view(e) for e in result.get("events", []))
               if _event_fits(ev, heads)]
     kind = job["kind"]
+    job_id = job.get("job_id") if isinstance(job.get("job_id"), int) else None
     if result.get("error"):
         jobs._best_effort(refresh_status, ctx, task.id,
                           note="⚠️ The runner's job failed (infrastructure, not the change): "
                                + render.inert(str(result["error"])[:500], one_line=True))
+        if job_id is not None:
+            checks.fail_job(ctx, job_id, str(result["error"])[:500])
         if kind == "run_task":
             ctx.store.update_task(task.id, generation=task.generation, state="failed")
         return f"runner error: {str(result['error'])[:200]}"
     if kind == "run_task":
-        watcher = jobs.RunWatcher(ctx, task, task.generation)
+        watcher = jobs.RunWatcher(ctx, task, task.generation, job_id=job_id)
         for ev in events:
             watcher(ev)
         return watcher.finish(str(result.get("status", "finished")),
@@ -201,7 +236,7 @@ def _apply(ctx: Context, repo: str, rec: Any, result: dict[str, Any], bundle: by
         verdict = Verdict.model_validate(result["verdict"])
         head = rev_parse(clone, f"refs/heads/{cand.branch}") or job.get("sha")
         return jobs.apply_reverify(ctx, task, cand, verdict, head, clone,
-                                   job["payload"].get("requested_by"))
+                                   job["payload"].get("requested_by"), job_id=job_id)
     raise Permanent(f"unknown job kind {kind!r} in the dispatch record")
 
 

@@ -14,9 +14,18 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from bot import webhook
-from bot.handlers import commands, edited, installation, labeled, merged, workflow_run
+from bot.handlers import (
+    commands,
+    edited,
+    installation,
+    labeled,
+    merged,
+    pushed,
+    rerequested,
+    workflow_run,
+)
 
-MODULES = (labeled, edited, commands, merged, workflow_run, installation)
+MODULES = (labeled, edited, commands, merged, pushed, rerequested, workflow_run, installation)
 
 ROUTES: dict[str, Callable[[Any, Any], str]] = {
     key: mod.handle for mod in MODULES for key in mod.EVENTS

@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bot import render
+from bot import checks, obs, render
 from bot.context import TRUSTED_ROLES, Context, sender_of, task_lane
-from bot.status import refresh_status
+from bot.status import refresh_status, task_usage
 from bot.store import Task
 
 EVENTS = ("issue_comment.created",)
@@ -163,6 +163,7 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
     if cmd.name == "help":
         return True, render.help_text(ctx.settings.trigger_label)
     task, cand = _task_for(ctx, repo, number, is_pr)
+    obs.bind_task(task.id if task is not None else None)
     if task is None:
         where = "this pull request is not an rsi candidate" if is_pr else (
             f"there is no rsi task on this issue; add the `{ctx.settings.trigger_label}` label "
@@ -181,8 +182,9 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
         ctx.store.update_task(task.id, stop=True,
                               state="stopping" if task.state in ("running", "baseline",
                                                                  "queued") else "stopped")
+        cancelled = checks.cancel_task(ctx, task)
         refresh_status(ctx, task.id)
-        return True, ""
+        return True, ("cancelled " + ", ".join(cancelled) + "." if cancelled else "")
     if cmd.name == "resume":
         if task.state in ("invalid", "refused"):
             return False, (f"the task is {task.state}; fix the proposal and add the label again")
@@ -199,7 +201,8 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
             ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
                               lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
         refresh_status(ctx, task.id)
-        return True, ""
+        used = task_usage(ctx, task)  # rsi-agents: what the rounds have spent so far
+        return True, (f"budget: {n} rounds; {render.usage_line(used)}" if used else "")
     if cmd.name == "rebaseline":
         ctx.store.enqueue("rebaseline", {"task_id": task.id, "ref": None, "merged_pr": None,
                                          "requested_by": user},
@@ -219,8 +222,8 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
         if not cands:
             return False, "there is no open candidate to re-verify"
         for c in cands:
-            ctx.store.enqueue("reverify", {"task_id": task.id, "n": c.n, "rebase": False,
-                                           "reason": "rerun", "requested_by": user},
-                              lane=lane, key=f"reverify:{task.id}:{c.n}:{delivery}")
+            checks.queue_job(ctx, task, "reverify", {"task_id": task.id, "n": c.n, "rebase": False,
+                                                     "reason": "rerun", "requested_by": user},
+                             key=f"reverify:{task.id}:{c.n}:{delivery}", head_sha=c.sha, n=c.n)
         return True, ""
     return False, "unknown command"

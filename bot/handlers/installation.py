@@ -1,4 +1,5 @@
-"""``installation*``: remember where the App is installed (and suspended)."""
+"""``installation*``: remember where the App is installed (and suspended), and
+open onboarding PRs on added repositories (:mod:`bot.handlers.onboarding`)."""
 
 from __future__ import annotations
 
@@ -29,4 +30,7 @@ def handle(ctx: Context, event: Any) -> str:
         removed = [r.get("full_name") for r in p.get("repositories_removed") or []]
         ctx.store.set_installation(inst_id, account=account, add_repos=[a for a in added if a],
                                    remove_repos=[r for r in removed if r])
-    return f"installation {inst_id}: {action}"
+    from bot.handlers import onboarding  # a PR with rsi init's files where no config is
+
+    onboarded = onboarding.handle(ctx, event)
+    return f"installation {inst_id}: {action}" + (f"; {onboarded}" if onboarded else "")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot import render
-from bot.context import TRUSTED_ROLES, Context, harness_task_id, sender_of, task_lane
+from bot import checks, obs, render
+from bot.context import TRUSTED_ROLES, Context, harness_task_id, sender_of
 from bot.harness_port import SpecError
 from bot.status import refresh_status
 
@@ -57,6 +57,7 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
     with ``/rsi rerun``), never the issue as it is when a worker gets to it."""
     task = ctx.store.start_task(repo, number, labeler=labeler, installation_id=installation_id,
                                 trigger=trigger)
+    obs.bind_task(task.id)
     config_text = ctx.gh.get_file_text(repo, CONFIG_PATH)
     errors: list[str] = []
     spec = None
@@ -79,8 +80,10 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
     ctx.store.update_task(task.id, generation=task.generation, state="queued", summary=summary,
                           proposal=body, edited_proposal=None, budget=budget, b0_sha=None,
                           bk_sha=None)
-    ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
-                      lane=task_lane(task.id), key=f"run:{task.id}:{task.generation}")
+    checks.supersede(ctx, task)
+    checks.queue_job(ctx, ctx.store.task(task.id), "run_task",
+                     {"task_id": task.id, "generation": task.generation},
+                     key=f"run:{task.id}:{task.generation}")
     note = "Accepted. The baseline is measured first, then the rounds run." + (
         " This supersedes the previous run." if task.generation > 1 else "")
     refresh_status(ctx, task.id, note=note)

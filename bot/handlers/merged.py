@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot import render
+from bot import obs, render
 from bot.context import Context, task_lane
 from bot.status import refresh_status
 
@@ -29,6 +29,7 @@ def handle(ctx: Context, event: Any) -> str:
     if found is None:
         return "ignored: not one of our candidates"
     task, cand = found
+    obs.bind_task(task.id)
     author = (pr.get("user") or {}).get("login")
     if author and not ctx.is_us(author):
         return f"ignored: PR opened by {author}, not by us"

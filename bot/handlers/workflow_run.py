@@ -1,4 +1,5 @@
-"""``workflow_run.completed``: ingest a job's result from the ``actions`` executor.
+"""``workflow_run.completed``: ingest a job's result from the ``actions`` executor
+(``workflow_run.in_progress``: the job's live check turns in progress).
 
 Only with ``RSI_EXECUTOR=actions``, and only for a run the bot dispatched:
 the job workflow, triggered by ``workflow_dispatch`` on the default branch of
@@ -15,7 +16,7 @@ from typing import Any
 
 from bot.context import Context
 
-EVENTS = ("workflow_run.completed",)
+EVENTS = ("workflow_run.completed", "workflow_run.in_progress")
 
 
 def handle(ctx: Context, event: Any) -> str:
@@ -32,4 +33,8 @@ def handle(ctx: Context, event: Any) -> str:
     why = actions.run_problem(ctx, p, ctx.gh.default_branch(repo))
     if why is not None:
         return f"ignored: not a run the bot dispatched ({why})"
+    if event.action == "in_progress":  # a runner took it: the live check says so
+        from bot import checks
+
+        return f"run {int(run['id'])} in progress: {checks.run_started(ctx, int(run['id']))} check(s)"
     return actions.ingest(ctx, repo, int(run["id"]), conclusion=run.get("conclusion"))

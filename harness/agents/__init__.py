@@ -1,7 +1,9 @@
 """Agents: one small interface (:class:`Agent`), three adapters.
 
 * ``command`` (and its presets ``claude-code``, ``codex``, ``aider``,
-  ``mini-swe-agent``): an external coding-agent CLI in a sandbox container;
+  ``mini-swe-agent``): an external coding-agent CLI in a sandbox container
+  (aider and mini-swe-agent from the pinned venvs of scripts/setup-agents.sh;
+  their token usage read by ``usage.py``);
 * ``tuner``: single-variable coordinate descent over the declared knobs;
 * ``replay``: given patch files, one per round.
 """

@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.ledger import LedgerRecord
+from harness.ledger import LedgerRecord, Usage
 from harness.spec import TaskSpec
 
 
@@ -65,6 +65,8 @@ class AgentOutcome(BaseModel):
     raw_patch: str | None = None
     """The patch text as given (replay): checked by the edit policy too."""
     duration_s: float = 0.0
+    usage: Usage | None = None
+    """Model calls and tokens of this run, when the agent reports them."""
 
 
 @runtime_checkable

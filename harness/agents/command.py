@@ -18,12 +18,26 @@ Presets (override any with ``[agent] command``):
 ==============  ==============================================================
 claude-code     ``claude -p "$(cat TASK.md)" --dangerously-skip-permissions``
 codex           ``codex exec --full-auto --skip-git-repo-check "$(cat TASK.md)"``
-aider           ``aider --yes-always --no-git --message-file TASK.md``
-mini-swe-agent  ``mini --yolo --exit-immediately -t "$(cat TASK.md)"``
+aider           ``aider --yes-always --no-git --no-stream ... --message-file TASK.md``
+mini-swe-agent  ``mini --yolo --exit-immediately -o /rsi/out/trajectory.json -t ...``
 ==============  ==============================================================
 
+``aider`` and ``mini-swe-agent`` come from the pinned agents venvs that
+``scripts/setup-agents.sh`` makes (``.agents-venv/<preset>``, or
+``$RSI_AGENTS_VENV/<preset>``): mounted read-only at the same path, its ``bin``
+first on ``PATH``, the host's TLS and sqlite libraries with it (:mod:`hostlibs`). Each
+preset sets the non-secret variables its agent needs to run unattended (no
+first-run wizard, no update checks, no price-table download). The model API
+is reached through the egress proxy only; an OpenAI-compatible endpoint is
+named with ``OPENAI_API_BASE`` in the runner profile's ``env``.
+
+Usage (tokens in and out, from the endpoint's OpenAI ``usage``): read from
+mini-swe-agent's trajectory (every response as the API returned it) and from
+aider's per-message ``Tokens: N sent, M received`` report (rounded by aider
+above 1k), as the agent's client reported them (:mod:`usage`).
+
 Placeholders in a template (shell-quoted when filled): ``{task_file}``,
-``{hypothesis_file}``, ``{workdir}``, ``{python}``, ``{model}``, and
+``{hypothesis_file}``, ``{out_dir}`` (the agent's scratch dir), ``{workdir}``, ``{python}``, ``{model}``, and
 ``{model_flag}`` (the preset's model option, empty when no model is set).
 """
 
@@ -39,6 +53,8 @@ from pathlib import Path
 
 from harness import sandbox
 from harness.agents.base import AgentContext, AgentOutcome, UnsafeFile, read_agent_file
+from harness.agents.hostlibs import lib_mounts
+from harness.agents.usage import read_usage
 from harness.spec import RunnerProfile
 from harness.workspace import hand_to_sandbox
 
@@ -49,11 +65,30 @@ HYPOTHESIS_FILE = "hypothesis.txt"
 HYPOTHESIS_MARK = "RSI-HYPOTHESIS:"
 
 
+AGENTS_VENV = Path(__file__).resolve().parents[2] / ".agents-venv"
+
+
+def agents_venv(preset: str) -> Path:
+    """Where ``scripts/setup-agents.sh`` put a preset's venv."""
+    root = os.environ.get("RSI_AGENTS_VENV")
+    return (Path(root) if root else AGENTS_VENV) / preset
+
+
+_LITELLM_OFFLINE = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+
+
 @dataclass(frozen=True)
 class Preset:
     command: str
     env: tuple[str, ...] = ()
+    """Secrets passed from the runner's environment (redacted everywhere)."""
     model_flag: str = "--model"
+    fixed_env: tuple[tuple[str, str], ...] = ()
+    """Non-secret variables that make the agent run unattended."""
+    venv: bool = False
+    """Runs from its agents venv (scripts/setup-agents.sh)."""
+    usage: str = ""
+    """How its token usage is read: ``mini-trajectory`` | ``aider-report``."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -68,13 +103,29 @@ PRESETS: dict[str, Preset] = {
     ),
     "aider": Preset(
         "aider --yes-always --no-git --no-auto-commits --no-check-update --no-show-model-warnings "
+        "--no-show-release-notes --analytics-disable --no-stream --no-pretty --no-fancy-input "
+        "--map-tokens 0 --edit-format diff --no-auto-lint --no-detect-urls --input-history-file /tmp/aider.input.history "
+        "--chat-history-file {out_dir}/aider.chat.md --llm-history-file /tmp/aider.llm.history "
         "{model_flag} --message-file {task_file}",
         ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"),
+        fixed_env=tuple({**_LITELLM_OFFLINE, "AIDER_CHECK_UPDATE": "false"}.items()),
+        venv=True,
+        usage="aider-report",
     ),
     "mini-swe-agent": Preset(
-        'mini --yolo --exit-immediately {model_flag} -t "$(cat {task_file})"',
+        'mini --yolo --exit-immediately {model_flag} -o {out_dir}/trajectory.json -t "$(cat {task_file})"',
         ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MSWEA_MODEL_NAME"),
         model_flag="-m",
+        fixed_env=tuple({
+            **_LITELLM_OFFLINE,
+            "MSWEA_CONFIGURED": "true",  # no first-run wizard
+            "MSWEA_SILENT_STARTUP": "1",
+            "MSWEA_COST_TRACKING": "ignore_errors",  # unknown models have no price: cost 0, not a crash
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "3",
+            "MSWEA_GLOBAL_CONFIG_DIR": "/tmp/home/.config/mini-swe-agent",
+        }.items()),
+        venv=True,
+        usage="mini-trajectory",
     ),
 }
 
@@ -82,6 +133,7 @@ PRESETS: dict[str, Preset] = {
 def render_command(template: str, *, model: str | None, model_flag: str = "--model") -> str:
     values = {
         "task_file": f"{IO_DIR}/TASK.md",
+        "out_dir": OUT_DIR,
         "hypothesis_file": f"{OUT_DIR}/{HYPOTHESIS_FILE}",
         "workdir": WORKDIR,
         "python": sandbox.python_executable(),
@@ -106,19 +158,41 @@ class CommandAgent:
     extra_mounts: list[sandbox.Mount] = field(default_factory=list)
     environ: dict[str, str] | None = None
     """Where API keys are read from (default: os.environ)."""
+    fixed_env: dict[str, str] = field(default_factory=dict)
+    venv: Path | None = None
+    """An agents venv mounted read-only (its bin first on PATH), with the host's shared libraries (hostlibs)."""
+    usage: str = ""
+    upstream_networks: tuple[str, ...] = ("bridge",)
+    """Where the egress proxy reaches the model API from (tests: the fake model's network)."""
 
     @classmethod
     def preset(cls, kind: str, **kw) -> CommandAgent:
         p = PRESETS[kind]
         env = tuple(dict.fromkeys([*p.env, *kw.pop("env_names", ())]))
-        return cls(template=p.command, env_names=env, model_flag=p.model_flag, name=kind, **kw)
+        return cls(template=p.command, env_names=env, model_flag=p.model_flag, name=kind,
+                   fixed_env=dict(p.fixed_env), venv=agents_venv(kind) if p.venv else None,
+                   usage=p.usage, **kw)
+
+    def _venv_parts(self) -> tuple[list[sandbox.Mount], dict[str, str]]:
+        if self.venv is None:
+            return [], {}
+        if not (self.venv / "bin").is_dir():
+            raise FileNotFoundError(f"{self.name}: no agents venv at {self.venv}; run scripts/setup-agents.sh")
+        venv = self.venv.resolve()
+        libs, env = lib_mounts()
+        mounts = [sandbox.Mount(source=str(venv), target=str(venv), read_only=True)]
+        mounts += [sandbox.Mount(source=src, target=dst, read_only=True) for src, dst in libs]
+        env["PATH"] = f"{venv}/bin:{sandbox.sandbox_path()}"
+        return mounts, env
 
     def command_line(self) -> str:
         return render_command(self.template, model=self.model, model_flag=self.model_flag)
 
     def _job(self, ctx: AgentContext, scratch: Path, passed: dict[str, str], network: bool) -> sandbox.SandboxJob:
+        venv_mounts, venv_env = self._venv_parts()
         mounts = [
             *sandbox.python_mounts(),
+            *venv_mounts,
             sandbox.Mount(source=str(ctx.worktree), target=WORKDIR, read_only=False),
             sandbox.Mount(source=str(ctx.task_file), target=f"{IO_DIR}/TASK.md", read_only=True),
             sandbox.Mount(source=str(scratch), target=OUT_DIR, read_only=False),
@@ -129,6 +203,8 @@ class CommandAgent:
             mounts=mounts,
             workdir=WORKDIR,
             env={
+                **self.fixed_env,
+                **venv_env,
                 **passed,
                 "RSI_TASK_FILE": f"{IO_DIR}/TASK.md",
                 "RSI_HYPOTHESIS_FILE": f"{OUT_DIR}/{HYPOTHESIS_FILE}",
@@ -147,14 +223,21 @@ class CommandAgent:
         hidden = {ctx.spec.hidden.seed_env, *ctx.spec.hidden.env}  # verifier-only, never an agent's
         passed = {n: source[n] for n in self.env_names if source.get(n) and n not in hidden}
         scratch = fresh_scratch(Path(ctx.scratch_dir or Path(ctx.io_dir) / "out"))
-        res = sandbox.run(self._job(ctx, scratch, passed, profile.network), profile, secrets=passed.values())
+        try:
+            job = self._job(ctx, scratch, passed, profile.network)
+        except FileNotFoundError as exc:
+            return AgentOutcome(error=str(exc), duration_s=time.monotonic() - t0)
+        res = sandbox.run(job, profile, secrets=passed.values(), upstream_networks=self.upstream_networks)
         log = res.output
         hyp, note = read_hypothesis(scratch, log)
+        used = read_usage(self.usage, scratch, log)
         shutil.rmtree(scratch, ignore_errors=True)  # nothing else in it is ever read
         hyp = sandbox.redact(hyp, passed.values())[:300]
         if note:
             log += f"\n[rsi] {note}\n"
-        out = AgentOutcome(hypothesis=hyp or f"{self.name}: (no hypothesis given)", log=log, duration_s=time.monotonic() - t0)
+        out = AgentOutcome(hypothesis=hyp or f"{self.name}: (no hypothesis given)", log=log,
+                           duration_s=time.monotonic() - t0, usage=used)
+        leaked = scrub_secrets(ctx.worktree, passed.values())
         if res.error:
             out.error = f"agent container failed to run: {res.error}"
         elif res.timed_out:
@@ -164,7 +247,36 @@ class CommandAgent:
         elif res.exit_code != 0:
             tail = log.strip().splitlines()[-5:]
             out.error = f"agent exited with code {res.exit_code}: " + " | ".join(tail)[-500:]
+        elif self.usage and not (used and used.calls):
+            # exit 0 but not one model reply (aider does that): the endpoint is down or refused it
+            tail = " | ".join(log.strip().splitlines()[-3:])[-300:]
+            out.error = f"the agent got no reply from its model API (down, refused, or a wrong OPENAI_API_BASE?): {tail}"
+        if leaked:
+            out.error = (f"the agent wrote a secret (its API key) into {', '.join(leaked[:5])}: "
+                         "replaced with [REDACTED]; the candidate is not judged")
         return out
+
+
+def scrub_secrets(tree: Path, secrets, *, max_bytes: int = 4 * 1024 * 1024) -> list[str]:
+    """Replace every secret value in the agent's tree's regular files (links
+    never followed) with ``[REDACTED]``; the paths where one was found."""
+    values = [s.encode() for s in secrets if s and len(s) >= 8]
+    if not values:
+        return []
+    found = []
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        for fn in filenames:
+            path = os.path.join(dirpath, fn)
+            if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > max_bytes:
+                continue
+            data = Path(path).read_bytes()
+            if any(v in data for v in values):
+                for v in values:
+                    data = data.replace(v, b"[REDACTED]")
+                Path(path).write_bytes(data)
+                found.append(os.path.relpath(path, tree))
+    return sorted(found)
 
 
 def fresh_scratch(path: Path) -> Path:

@@ -111,6 +111,10 @@ class FakeHarness:
                       "candidate": n})
             if self.gate is not None:
                 self.gate.wait(60)
+            for pairs in (2, 4):  # the verifier's progress, as the loop forwards it
+                on_event({"kind": "progress", "task_id": spec.task_id, "round": r, "candidate": n,
+                          "message": "measure", "data": {"phase": "measure", "pairs": pairs,
+                                                         "run": 2 * pairs, "total": 8}})
             branch = f"rsi/{spec.task_id}/{n}"
             sha = self._commit(Path(repo), st["bk"], branch, n, Path(state_dir))
             decision = self.decisions[(n - 1) % len(self.decisions)]

@@ -75,18 +75,27 @@ def test_dispatch_run_ingest(make_bot, fake_github, gh, target, tmp_path):
     assert [p.pull.head_ref for p in pulls] == [f"rsi/{n}/1", f"rsi/{n}/2"]
     for p in pulls:
         assert fake_github.check_runs(target, p.pull.head_sha, "rsi/verifier")
-        assert any(render.marker(render.REPORT) in c.body
-                   for c in fake_github.comments(target, p.number))
+        (report,) = [c.body for c in fake_github.comments(target, p.number)
+                     if render.marker(render.REPORT) in c.body]
+        assert f"[artifacts]({fake_github.url}/{target}/actions/runs/{run.id})" in report
+        assert f"/{target}/compare/" in report and "rsi verify " in report
     assert bot.store.find_task(target, n).state == "finished"
 
-    # /rsi rerun: dispatched too, ingested the same way
+    # /rsi rerun: dispatched too, its live check queued with the Actions run as details
+    before = len(fake_github.check_runs(target, name="rsi/verifier"))
     bot.deliver(fake_github.comment(target, pulls[1].number, "/rsi rerun", by="alice"))
     run2 = fake_github.workflow_runs(target)[-1]
     assert json.loads(run2.inputs["job"])["kind"] == "reverify"
-    before = len(fake_github.check_runs(target, name="rsi/verifier"))
+    (live,) = [c for c in fake_github.check_runs(target, pulls[1].pull.head_sha, "rsi/verifier")
+               if c.status != "completed"]
+    assert live.status == "queued" and live.details_url.endswith(f"/actions/runs/{run2.id}")
+    assert "dispatched to runners self-hosted, npu" in live.output["title"]
+    bot.deliver(fake_github.start_workflow_run(target, run2.id))
+    assert live.status == "in_progress" and "runner" in live.output["title"]
     result, wev = run_on_runner(fake_github, gh, target, run2, tmp_path, runner_harness)
     bot.deliver(wev)
     assert len(fake_github.check_runs(target, name="rsi/verifier")) == before + 1
+    assert live.status == "completed" and live.conclusion == "success"
 
     # merge: rebaseline dispatched; the runner rebases the other candidate
     bot.deliver(fake_github.merge_pull(target, pulls[0].number, by="alice"))

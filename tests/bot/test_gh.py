@@ -489,3 +489,30 @@ def test_fake_serves_more_of_pygithub_than_the_port_uses(fake_github, fake_app, 
     assert [a.name for a in wr.get_artifacts()] == ["x"]
     assert r.get_pulls(state="all", head=f"{repo.split('/')[0]}:feat").totalCount == 1
     assert not [q for q in fake_github.requests if q.status >= 400]
+
+
+def test_run_url_cancel_branch_and_rate_limit(fake_github, make_repo, gh, seed):
+    from bot.gh import web_root
+
+    repo = make_repo(seed)
+    assert gh.rate_limit() is None or gh.rate_limit().limit == 5000
+    run_id = gh.dispatch_workflow(repo, "rsi-job.yml", "main", {"job": "1"})
+    info = gh.workflow_run(repo, run_id)
+    assert info.status == "queued" and info.html_url.endswith(f"/{repo}/actions/runs/{run_id}")
+    assert gh.cancel_workflow_run(repo, run_id) is True
+    (run,) = fake_github.workflow_runs(repo)
+    assert run.status == "completed" and run.conclusion == "cancelled"
+    assert gh.cancel_workflow_run(repo, run_id) is False  # 409: already completed
+    with pytest.raises(NotFound):
+        gh.cancel_workflow_run(repo, 424242)
+    assert gh.branch_sha(repo, "main") == fake_github.branch_sha(repo, "main")
+    assert gh.branch_sha(repo, "no-such-branch") is None
+    sha = fake_github.branch_sha(repo, "main")
+    c = gh.create_check_run(repo, head_sha=sha, status="queued", title="q", summary="s")
+    gh.update_check_run(repo, c.id, status="in_progress", details_url="https://x.example/t/1")
+    (rec,) = fake_github.check_runs(repo, sha)
+    assert rec.status == "in_progress" and rec.details_url == "https://x.example/t/1"
+    rate = gh.rate_limit()
+    assert rate.limit == 5000 and 0 < rate.remaining < 5000 and rate.reset_at > 0
+    assert web_root("https://api.github.com") == "https://github.com"
+    assert web_root("https://ghe.example.com/api/v3/") == "https://ghe.example.com"

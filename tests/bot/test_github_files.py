@@ -83,6 +83,6 @@ def test_app_manifest_is_least_privilege():
     assert m["default_permissions"] == {
         "metadata": "read", "contents": "write", "issues": "write", "pull_requests": "write",
         "checks": "write", "actions": "write"}
-    assert sorted(m["default_events"]) == ["issue_comment", "issues", "pull_request",
+    assert sorted(m["default_events"]) == ["check_run", "issue_comment", "issues", "pull_request",
                                            "workflow_run"]
     assert m["public"] is False

@@ -56,8 +56,15 @@ def test_marker_first_line_and_unique_kinds():
 
 
 def test_report_has_the_required_parts():
+    from types import SimpleNamespace
+
+    cands = [SimpleNamespace(n=1, state="open", decision="accept", hypothesis="h", sha="c" * 40,
+                             verdict={"objective": {"gain": 0.12,
+                                                    "gain_ci": {"low": 0.05, "high": 0.2}}}),
+             SimpleNamespace(n=2, state="none", decision="reject", hypothesis="h2", sha="d" * 40,
+                             verdict={"objective": {"gain": -0.03}})]
     text = render.report_comment(verdict(), pr_note="🔁 Re-verified.",
-                                 history=[("B0", 40.0, 40.0), ("#1", 47.0, 42.0)])
+                                 history=render.candidate_history(cands))
     assert text.startswith(render.marker(render.REPORT) + "\n🔁 Re-verified.")
     assert "Accepted" in text or "accepted" in text
     assert "comparing" in text and "cacacacaca" in text and "bkbkbkbkbk" in text
@@ -66,7 +73,8 @@ def test_report_has_the_required_parts():
     for name in ("throughput", "latency_p95_s", "peak_rss_mib", "WER"):
         assert name in text
     assert "peak memory +4.0%" in text
-    assert "```mermaid" in text
+    assert "```mermaid" in text and 'x-axis ["#1 PR open", "#2 rolled back"]' in text
+    assert "bar [12, -3]" in text
     assert "<details>" in text and "Xeon" in text
     assert len(text) < render.COMMENT_LIMIT
 
@@ -151,3 +159,25 @@ def test_pr_texts_and_replies():
         "@bob the command /rsi rerun was not run: no access"
     assert "/rsi budget N" in render.help_text()
     assert "conflicts with #5" in render.conflict_note(5, "CONFLICT (content)")
+
+
+def test_check_progress_text_and_task_check():
+    from types import SimpleNamespace
+
+    assert render.check_progress_text(phase="measure", round_=2, rounds=5, candidate=2, pairs=6,
+                                      runs=12, total=20) == \
+        "round 2/5 · candidate 2 · measure · 6 pairs so far (12/20 runs)"
+    assert render.check_progress_text() == "in progress"
+    hostile = render.check_progress_text(phase="@org/team see https://evil.example\n# x",
+                                         pairs="9; rm")  # not an int: left out
+    assert "@org" not in hostile and "https://evil" not in hostile and "rm" not in hostile
+    cands = [SimpleNamespace(n=1, state="open", decision="accept", pr_number=4),
+             SimpleNamespace(n=2, state="none", decision="reject", pr_number=None)]
+    done = render.task_check("finished", rounds_done=2, budget=3, candidates=cands)
+    assert done["conclusion"] == "success"
+    assert done["title"] == "🏁 finished: 2 round(s) of 3, 2 candidate(s), 1 kept"
+    assert "- candidate 1: ✅ accepted (#4)" in done["summary"]
+    assert render.task_check("stopped", rounds_done=1, budget=3, candidates=[])["conclusion"] \
+        == "cancelled"
+    assert render.task_check("failed", rounds_done=0, budget=None, candidates=[])["conclusion"] \
+        == "neutral"

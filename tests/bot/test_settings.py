@@ -74,3 +74,36 @@ def test_allow_lists_are_parsed_and_checked(bot_settings):
     with pytest.raises(SettingsError) as e:
         bot_settings(allowed_repos="acme")
     assert "RSI_ALLOWED_REPOS: 'acme' is not owner/name or owner/*" in str(e.value)
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ({"RSI_WEB_ENABLED": "1"}, "RSI_WEB_ENABLED needs RSI_WEB_TOKEN"),
+    ({"RSI_WEB_ENABLED": "1", "RSI_WEB_TOKEN": "short"}, "weak token"),
+    ({"RSI_WEB_OAUTH_CLIENT_ID": "Iv1.x"}, "needs both RSI_WEB_OAUTH_CLIENT_ID"),
+    ({"RSI_WEB_OAUTH_CLIENT_ID": "Iv1.x", "RSI_WEB_OAUTH_CLIENT_SECRET": "y"}, "RSI_PUBLIC_URL"),
+])
+def test_task_pages_are_never_open_to_anyone(extra, problem):
+    with pytest.raises(SettingsError) as e:
+        load_settings({**GOOD, **extra})
+    assert problem in str(e.value)
+
+
+def test_task_pages_with_a_token_or_the_github_login():
+    s = load_settings({**GOOD, "RSI_WEB_ENABLED": "1", "RSI_WEB_TOKEN": "a" * 16 + ",b" * 1 + "b" * 16})
+    assert s.web_enabled and len(s.web_token) == 2 and s.log_format == "json"
+    s = load_settings({**GOOD, "RSI_WEB_ENABLED": "true", "RSI_PUBLIC_URL": "https://bot.example",
+                       "RSI_WEB_OAUTH_CLIENT_ID": "Iv1.x", "RSI_WEB_OAUTH_CLIENT_SECRET": "y"})
+    assert s.web_token == [] and s.web_oauth_client_id == "Iv1.x"
+
+
+def test_service_settings_doc_is_current():
+    """docs/service-settings.md lists every setting with its default (regenerate:
+    python -m bot.settings > docs/service-settings.md)."""
+    from pathlib import Path
+
+    from bot.settings import Settings, settings_table
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "service-settings.md"
+    assert doc.read_text() == settings_table(), "stale: python -m bot.settings > docs/service-settings.md"
+    for name in Settings.model_fields:
+        assert f"`RSI_{name.upper()}`" in doc.read_text()

@@ -255,3 +255,24 @@ def test_a_dispatch_is_consumed_once(store):
     assert store.consume_dispatch("n" * 32) is False
     store.release_dispatch("n" * 32)
     assert store.consume_dispatch("n" * 32) is True
+
+
+def test_live_checks_by_job_task_run_and_check_id(store):
+    t = store.start_task("acme/x", 1, labeler="a", installation_id=None)
+    a = store.add_live_check(task_id=t.id, generation=1, repo="acme/x", head_sha="a" * 40,
+                             check_run_id=11, job_id=5)
+    b = store.add_live_check(task_id=t.id, generation=1, repo="acme/x", head_sha="b" * 40,
+                             check_run_id=12, job_id=6, n=2)
+    assert [c.id for c in store.live_checks(job_id=5)] == [a.id]
+    assert [c.id for c in store.live_checks(task_id=t.id)] == [a.id, b.id]
+    store.update_live_check(b.id, run_id=77, state="in_progress", progress="round 1/2")
+    (c,) = store.live_checks(run_id=77)
+    assert c.n == 2 and c.progress == "round 1/2" and c.state == "in_progress"
+    store.update_live_check(a.id, state="completed")
+    assert [c.id for c in store.live_checks(task_id=t.id)] == [b.id]  # open ones only
+    assert [c.id for c in store.live_checks(repo="acme/x", check_run_id=11, open_only=False)] == [a.id]
+    store.record_dispatch("n" * 32, repo="acme/x", task_id=t.id, generation=1, kind="run_task",
+                          doc={}, base_sha=None)
+    assert [d.nonce for d in store.dispatches_of(t.id)] == ["n" * 32]
+    store.consume_dispatch("n" * 32)
+    assert store.dispatches_of(t.id) == [] and len(store.dispatches_of(t.id, pending=False)) == 1

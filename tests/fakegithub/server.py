@@ -30,7 +30,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from . import git, shapes
 from .state import (
@@ -140,6 +140,11 @@ class FakeGitHub:
         self.requests: list[Request] = []
         self.pushes: list[Push] = []
         self.failures: list[Failure] = []
+        self.oauth_codes: dict[str, tuple[int, str, str]] = {}  # code -> (app id, login, redirect)
+        self.rate_limit = 5000
+        self.api_calls = 0  # each REST answer counts against X-RateLimit-Remaining
+        self.manifest_codes: dict[str, tuple[dict[str, Any], str]] = {}
+        self.manifest_apps: dict[int, dict[str, Any]] = {}
         self._ids = itertools.count(1001)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -496,6 +501,62 @@ class FakeGitHub:
                        "workflow_run": shapes.workflow_run(self.url, r, w)}
             return self._event("workflow_run", r, w.actor.login, payload)
 
+    # ------------------------------------------------------------ test helpers: OAuth
+
+    def oauth_client(self, app: App) -> tuple[str, str]:
+        """(client id, client secret) of the App's user login (as the manifest flow gives)."""
+        return f"Iv1.{app.id}", f"cs-{app.id}"
+
+    def oauth_consent(self, authorize_url: str, *, by: str) -> str:
+        """`by` approves the App on github.com's authorize page (`authorize_url` is where
+        the bot sent the browser); returns the redirect back, with `code` and `state`."""
+        q = dict(parse_qsl(urlsplit(authorize_url).query))
+        with self.lock:
+            app = next(a for a in self.apps.values() if self.oauth_client(a)[0] == q["client_id"])
+            code = "oc_" + secrets.token_hex(10)
+            self.oauth_codes[code] = (app.id, by, q.get("redirect_uri", ""))
+            self._user(by)
+        sep = "&" if "?" in q["redirect_uri"] else "?"
+        return q["redirect_uri"] + sep + urlencode({"code": code, "state": q.get("state", "")})
+
+    def start_workflow_run(self, repo: str, run_id: int) -> WebhookEvent:
+        """A runner picked the run up: `workflow_run.in_progress`."""
+        with self.lock:
+            r = self.repo(repo)
+            w = r.runs[run_id]
+            w.status, w.updated_at = "in_progress", now()
+            payload = {"action": "in_progress",
+                       "workflow": shapes.workflow(self.url, r, w.workflow_id, w.workflow_file),
+                       "workflow_run": shapes.workflow_run(self.url, r, w)}
+            return self._event("workflow_run", r, w.actor.login, payload)
+
+    def rerequest_check_run(self, repo: str, check_run_id: int, *, by: str) -> WebhookEvent:
+        """`by` clicks "Re-run" on a check run: `check_run.rerequested` (sent to its app)."""
+        with self.lock:
+            r = self.repo(repo)
+            c = r.check_runs[check_run_id]
+            body = shapes.check_run(self.url, r, c)
+            heads = {p.head_sha: i for i in r.issues.values()
+                     if (p := i.pull) is not None and i.state == "open"}
+            if c.head_sha in heads:
+                i = heads[c.head_sha]
+                body["pull_requests"] = [{"number": i.number, "id": i.id,
+                                          "head": {"ref": i.pull.head_ref, "sha": i.pull.head_sha},
+                                          "base": {"ref": i.pull.base_ref}}]
+            return self._event("check_run", r, by, {"action": "rerequested", "check_run": body})
+
+    def push_to_pull(self, repo: str, number: int, files: Mapping[str, str | bytes], *,
+                     by: str, message: str = "Maintainer fix") -> WebhookEvent:
+        """`by` pushes a commit to the PR's head branch: `pull_request.synchronize`."""
+        with self.lock:
+            i = self.pull(repo, number)
+            before = i.pull.head_sha
+            after = self.commit_files(repo, i.pull.head_ref, files, message=message)
+            self.pushes.append(Push(repo, f"refs/heads/{i.pull.head_ref}", before, after, by))
+            i = self.pull(repo, number)
+            return self.issue_event(repo, number, "synchronize", by=by, before=before,
+                                    after=after)
+
     # ------------------------------------------------------------ failure injection, records
 
     def fail_next(self, method: str, path: str | re.Pattern, *, status: int | None = 502,
@@ -571,6 +632,8 @@ class FakeGitHub:
     def handle_api(self, method: str, path: str, query: dict[str, str], body: bytes,
                    headers: Mapping[str, str]) -> tuple[int, Any, dict[str, str]]:
         data: Any = None
+        with self.lock:
+            self.api_calls += 1
         if body:
             try:
                 data = json.loads(body)
@@ -738,6 +801,66 @@ class FakeGitHub:
     @route("GET", "/")
     def public_root(self, ctx: Ctx):
         return 200, {"current_user_url": f"{self.url}/user"}, {}
+
+    # The App manifest flow (bot/setup_flow.py): `manifest_code` stands for the
+    # user creating the App on github.com, which redirects with this code.
+    def manifest_code(self, manifest: dict[str, Any], *, owner: str = "rsi-org") -> str:
+        code = f"mfc{self._id()}"
+        with self.lock:
+            self.manifest_codes[code] = (dict(manifest), owner)
+        return code
+
+    @route("POST", "/app-manifests/{code}/conversions")
+    def public_manifest_conversion(self, ctx: Ctx):
+        with self.lock:
+            found = self.manifest_codes.pop(ctx["code"], None)  # one use, as on GitHub
+        if found is None:
+            raise not_found()
+        manifest, owner = found
+        a = self.register_app(str(manifest.get("name", "rsi-bot")).lower(), owner=owner)
+        a.permissions = dict(manifest.get("default_permissions") or {})
+        a.events = list(manifest.get("default_events") or [])
+        self.manifest_apps[a.id] = manifest
+        out = {**shapes.app(self.url, a), "pem": a.private_key_pem,
+               "webhook_secret": f"whsec-{a.id}-" + "x" * 24,
+               "client_id": f"Iv1.{a.id}", "client_secret": f"cs-{a.id}"}
+        return 201, out, {}
+
+    @route("POST", "/login/oauth/access_token")
+    def public_oauth_access_token(self, ctx: Ctx):
+        """The web flow's code for a user token (GitHub answers 200 with an `error`)."""
+        d = ctx.json or {}
+        found = self.oauth_codes.pop(str(d.get("code")), None)  # one use
+        if found is None:
+            return 200, {"error": "bad_verification_code"}, {}
+        app_id, login, _redirect = found
+        if (d.get("client_id"), d.get("client_secret")) != self.oauth_client(self.apps[app_id]):
+            return 200, {"error": "incorrect_client_credentials"}, {}
+        value = "ghu_" + secrets.token_hex(18)
+        self.tokens[value] = Token(value, self._user(login))
+        return 200, {"access_token": value, "token_type": "bearer", "scope": ""}, {}
+
+    def _readable(self, ident: Any, full_name: str) -> bool:
+        r = self.repos.get(full_name)
+        return r is not None and (not r.private or self._allowed(ident, r, "read"))
+
+    @route("GET", "/user/installations")
+    def user_installations(self, ctx: Ctx):
+        self._me(ctx)
+        items = [{"id": i.id, "app_id": i.app.id, "account": shapes.user(self.url, i.account)}
+                 for i in self.installations.values()
+                 if any(self._readable(ctx.ident, n) for n in i.repos)]
+        return self._page(ctx, items, "installations")
+
+    @route("GET", "/user/installations/{id}/repositories")
+    def user_installation_repos(self, ctx: Ctx):
+        self._me(ctx)
+        inst = self.installations.get(int(ctx["id"]))
+        if inst is None:
+            raise not_found()
+        names = sorted(n for n in inst.repos if self._readable(ctx.ident, n))
+        return self._page(ctx, [shapes.repo(self.url, self.repos[n]) for n in names],
+                          "repositories")
 
     @route("GET", "/user")
     def get_user(self, ctx: Ctx):
@@ -1326,6 +1449,17 @@ class FakeGitHub:
             raise not_found()
         return 200, shapes.workflow_run(self.url, r, w), {}
 
+    @route("POST", "/repos/{owner}/{repo}/actions/runs/{id}/cancel")
+    def cancel_workflow_run(self, ctx: Ctx):
+        r = self._repo_for(ctx, "write")
+        w = r.runs.get(int(ctx["id"]))
+        if w is None:
+            raise not_found()
+        if w.status == "completed":
+            raise ApiError(409, "Cannot cancel a workflow run that is completed.")
+        w.status, w.conclusion, w.updated_at = "completed", "cancelled", now()
+        return 202, {}, {}
+
     @route("GET", "/repos/{owner}/{repo}/actions/runs/{id}/artifacts")
     def list_run_artifacts(self, ctx: Ctx):
         r = self._repo_for(ctx)
@@ -1468,7 +1602,9 @@ class _Handler(BaseHTTPRequestHandler):
 
             traceback.print_exc()
             status, out, extra = 500, {"message": f"fake GitHub crashed: {e!r}"}, {}
-        headers = [("X-RateLimit-Limit", "5000"), ("X-RateLimit-Remaining", "4999"),
+        remaining = max(0, self.fake.rate_limit - self.fake.api_calls)
+        headers = [("X-RateLimit-Limit", str(self.fake.rate_limit)),
+                   ("X-RateLimit-Remaining", str(remaining)),
                    ("X-RateLimit-Reset", "4102444800"), ("X-GitHub-Request-Id", secrets.token_hex(8))]
         override = {k.lower() for k in extra}
         headers = [h for h in headers if h[0].lower() not in override] + list(extra.items())

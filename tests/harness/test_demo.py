@@ -147,7 +147,8 @@ def test_demo_runs_tuner_then_replay_and_writes_reports(tmp_path):
     assert "✅ **Accepted**" in md and "+144.1% vs B0 (2.44x)" in md
     assert "B0 → Bk 2.44x (last kept: compute the speaker embedding once, not per streamed chunk)" in md
     assert "<details><summary>Ledger (7 records) and fingerprint</summary>" in md
-    assert "```mermaid" in md and 'x-axis ["B0", "#1", "#2", "#3", "#4", "#5", "#6", "#7"]' in md
+    assert "```mermaid" in md and ('x-axis ["#1 rolled back", "#2 rolled back", "#3 rolled back", '
+                                   '"#4 kept", "#5 kept", "#6 kept", "#7 kept"]') in md
     html = (tmp_path / "rsi-demo" / "report.html").read_text()
     assert "<svg" in html and "<script" not in html
 

@@ -172,3 +172,49 @@ def test_benchmark_command_paths():
     assert paths_named_by("python bench/tts.py --concurrency 4") == ["bench/tts.py"]
     assert paths_named_by("sh ./scripts/run.sh -n 3 X=1") == ["scripts/run.sh"]
     assert paths_named_by("/usr/bin/python -m bench") == []
+
+
+# ---------------------------------------------------------- gitignore globs (pathspec)
+
+
+def _diff_of(path: str) -> str:
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"
+            "@@ -1 +1 @@\n-a\n+b\n")
+
+
+def test_globs_have_gitignore_semantics():
+    assert glob_match("src/k1.py", "src/k[0-9].py") and not glob_match("src/kx.py", "src/k[0-9].py")
+    assert glob_match("a/b/c.py", "*.py")          # no slash: any depth
+    assert not glob_match("a/c.py", "/c.py")       # leading slash: the root only
+    assert glob_match("bench/a/b.json", "bench/")  # a directory: all under it
+
+
+def test_negation_in_editable():
+    pol = EditPolicy(editable=["src/**", "!src/vendored/**"])
+    assert check_diff(_diff_of("src/app.py"), pol).ok
+    res = check_diff(_diff_of("src/vendored/lib.py"), pol)
+    assert [v.rule for v in res.violations] == ["not_editable"]
+
+
+def test_negation_never_unprotects_what_is_always_protected():
+    pol = EditPolicy(protected=["bench/**", "!bench/gen.py", "!.rsi/**", "!.github/**"])
+    assert check_diff(_diff_of("bench/gen.py"), pol).ok
+    assert not check_diff(_diff_of("bench/run.py"), pol).ok
+    for path in (".rsi/config.toml", ".github/workflows/x.yml"):
+        assert [v.rule for v in check_diff(_diff_of(path), pol).violations] == ["protected"]
+    named = check_diff(_diff_of("bench/gen.py"), pol, extra_protected=["bench/gen.py"])
+    assert [v.rule for v in named.violations] == ["protected"]
+
+
+def test_a_proposal_cannot_negate_protected_paths():
+    from harness.spec import SpecError, build_task
+
+    config = ('[benchmarks.b]\ncommand = "python b.py"\n[benchmarks.b.metrics]\nq = "higher"\n'
+              '[objective]\nbenchmark = "b"\nmetric = "q"\n')
+    body = '```toml\n[policy]\nprotected = ["!b.py"]\n```\n'
+    try:
+        build_task(config, body, "t")
+    except SpecError as exc:
+        assert any("un-protect" in e for e in exc.errors)
+    else:
+        raise AssertionError("a '!' protected glob from a proposal was accepted")

@@ -222,14 +222,40 @@ def test_history_skips_unmeasured_and_reverify():
     assert '"#9"' not in chart  # no zero bar for a candidate that was never measured
 
 
-def test_mermaid_chart():
-    chart = render_mermaid_chart(history_from_ledger(make_ledger(3)), metric="throughput")
+def test_mermaid_chart_plots_gains_with_intervals_and_status():
+    recs = make_ledger(3)
+    for r in recs:  # a ratio interval, as the loop records it
+        r["ratio_low"], r["ratio_high"] = 1 + r["gain"] - 0.01, 1 + r["gain"] + 0.01
+    chart = render_mermaid_chart(history_from_ledger(recs), metric="throughput", min_gain=0.03)
     assert chart.startswith("```mermaid\nxychart-beta\n")
-    assert 'x-axis ["B0", "#1", "#2", "#3"]' in chart
-    assert "bar [4, 3.92, 4.8, 4.704]" in chart
-    assert "line [4, 4, 4.8, 4.8]" in chart
+    assert 'x-axis ["#1 rolled back", "#2 kept", "#3 rolled back"]' in chart
+    assert "bar [-2, 20, -2]" in chart
+    assert "line [-3, 19, -3]" in chart and "line [-1, 21, -1]" in chart  # the interval
+    assert "line [3, 3, 3]" in chart  # min_gain
     assert chart.endswith("```")
     assert render_mermaid_chart([HistoryPoint("B0", 1.0, 1.0)], metric="x") == ""
+
+
+def test_chart_agrees_with_the_table_and_never_mixes_sessions():
+    """The bug of issue 12: B0 and each candidate were measured in different
+    sessions (B0 12.97 in the first, 16.24 in this one), and a rolled-back
+    candidate's absolute value was the tallest bar. The chart now plots gains vs
+    the Bk of the same session, and the reported candidate's bar is the table's."""
+    recs = []
+    for i, (bk, cand, status) in enumerate([(12.97, 13.5, "kept"), (16.9, 16.7, "rolled_back")], 1):
+        recs.append({"id": f"t/{i}", "event": "candidate", "task": "t", "round": i, "candidate": i,
+                     "agent": "tuner", "sha": f"{i:040d}", "decision": "accept" if status == "kept" else "reject",
+                     "status": status, "gain": cand / bk - 1, "objective_metric": "throughput",
+                     "verdict": {"objective": {"metric": "throughput"},
+                                 "metrics": [{"name": "throughput", "b0": 12.97, "bk": bk, "candidate": cand}]}})
+    v = make_verdict(gain=0.25)
+    v = v.model_copy(update={"shas": {**SHAS, "candidate": recs[0]["sha"]}})
+    md = render_markdown_report(v, ledger=recs)
+    chart = md[md.index("```mermaid"):]
+    assert "B0" not in chart.split("x-axis")[1].split("\n")[0]  # no absolute B0 bar
+    assert "bar [25, -1.183]" in chart  # #1 takes this verdict's gain: the table's +25.0%
+    assert "+25.0%" in render_summary_table(v)
+    assert '"#2 rolled back"' in chart
 
 
 # ---------------------------------------------------------------- markdown
@@ -273,7 +299,7 @@ def test_long_ledger_is_cut_with_a_note_and_stays_under_the_limit():
     assert "| #3000 |" in md and "| #1 |" not in md  # the newest are kept
     assert md.rstrip().endswith("</details>")
     assert "**Fingerprint**" in md
-    assert "2941 older not shown" in md  # the chart keeps B0 and the newest 59
+    assert "2940 older not shown" in md  # the chart keeps the newest 60 candidates
 
 
 def test_pathological_reason_is_clipped():
@@ -306,8 +332,9 @@ def test_html_report_is_self_contained():
     assert "&lt;img src=x" in page and "<img" not in page
     external = re.findall(r'(?:src|href)="(https?:[^"]+)"', page)
     assert external == []
-    assert page.count("<circle") >= 5  # B0 + 4 candidates (+ legend)
-    assert "<title>#2: accept throughput=4.8 — change number 2</title>" in page
+    assert page.count('<rect class="bar') == 4  # one bar per measured candidate
+    assert page.count('class="bar rolled_back"') == 2
+    assert "<title>#2 (kept, accept): +20.0% vs Bk — change number 2</title>" in page
     assert "<td>startup_s</td>" in page and 'class="fail"' not in page
 
 
@@ -320,4 +347,64 @@ def test_html_marks_failing_rows():
 def test_chart_follows_the_newest_task_of_a_shared_ledger():
     other = [{**r, "id": "o/" + r["id"], "task": "other"} for r in make_ledger(2)]
     md = render_markdown_report(make_verdict(), ledger=other + make_ledger(3))
-    assert 'x-axis ["B0", "#1", "#2", "#3"]' in md
+    assert 'x-axis ["#1 rolled back", "#2 kept", "#3 rolled back"]' in md
+
+
+# ------------------------------------------------------------ units, links
+
+
+def test_one_unit_per_metric_in_table_and_tradeoffs():
+    v = make_verdict()
+    v = v.model_copy(update={"metrics": (*v.metrics, MetricComparison(
+        name="latency_p99_s", direction="lower", unit="s", b0=1.2, bk=0.95, candidate=0.9,
+        ratio_vs_bk=0.9 / 0.95, ratio_vs_bk_ci=Interval(low=0.9, high=0.98))),
+        "tradeoffs": ("Tail latency (latency_p99_s): 0.95 s -> 0.9 s, -5.3% vs Bk (better).",
+                      "Something else entirely.")})
+    row = next(r for r in summary_rows(v) if r.metric == "latency_p99_s")
+    assert (row.b0, row.bk, row.candidate) == ("1.2 s", "0.95 s", "0.9 s")  # not "950 ms"
+    row = next(r for r in summary_rows(v) if r.metric == "latency_p95_s")
+    assert (row.b0, row.bk, row.candidate) == ("350 ms", "120 ms", "96 ms")
+    md = render_markdown_report(v)
+    trade = md[md.index("**Tradeoffs**"):].split("\n\n")[1]
+    assert "Tail latency (latency_p95_s): 120 ms → 96 ms, -20.0% vs Bk (better)" in trade
+    assert "Tail latency (latency_p99_s): 0.95 s → 0.9 s" in trade
+    assert trade.count("latency_p99_s") == 1  # the verifier's sentence is replaced
+    assert "Something else entirely." in trade
+
+
+def test_links_and_reproduce_command():
+    from harness.report import ReportLinks, reproduce_command
+
+    shas = {"b0": "a" * 40, "bk": "b" * 40, "candidate": "c" * 40}
+    v = make_verdict().model_copy(update={"shas": shas})
+    links = ReportLinks(repo_url="https://github.com/acme/tts", branch="rsi/7/2",
+                        artifacts_url="https://github.com/acme/tts/actions/runs/9",
+                        page_url="https://bot.example.com/tasks/3")
+    md = render_markdown_report(v, links=links)
+    line = next(x for x in md.splitlines() if x.startswith("**Links**"))
+    assert f"[`cccccccccc`](https://github.com/acme/tts/commit/{'c' * 40})" in line
+    assert f"[diff vs Bk](https://github.com/acme/tts/compare/{'b' * 40}...{'c' * 40})" in line
+    assert f"[diff vs B0](https://github.com/acme/tts/compare/{'a' * 40}...{'c' * 40})" in line
+    assert "[ledger](https://github.com/acme/tts/blob/rsi/ledger/ledger.jsonl)" in line
+    assert "[artifacts](https://github.com/acme/tts/actions/runs/9)" in line
+    assert "[task page](https://bot.example.com/tasks/3)" in line
+    cmd = reproduce_command(v, links)
+    assert cmd.splitlines()[1:] == ["git fetch origin rsi/7/2",
+                                    f"rsi verify {'b' * 40} {'c' * 40} --repo . --b0 {'a' * 40} "
+                                    "--benchmark tts --report verdict.json"]
+    assert "**Reproduce locally**" in md and "```sh" in md
+    page = render_html_report(v, links=links)
+    assert f'<a href="https://github.com/acme/tts/compare/{"b" * 40}...{"c" * 40}"' in page
+
+
+def test_hostile_link_parts_are_left_out():
+    from harness.report import ReportLinks, reproduce_command
+
+    v = make_verdict().model_copy(update={"shas": {"bk": "b" * 40, "candidate": "c" * 40},
+                                          "benchmark": "tts; rm -rf /"})
+    links = ReportLinks(repo_url="javascript:alert(1)", branch="--upload-pack=evil",
+                        page_url="https://x.example/a)(b")
+    md = render_markdown_report(v, links=links)
+    assert "javascript" not in md and "**Links**" not in md
+    cmd = reproduce_command(v, links)
+    assert "upload-pack" not in cmd and "rm -rf" not in cmd

@@ -107,6 +107,9 @@ def test_calibrate_command(target_repo, tmp_path):
     assert res.exit_code == 0, res.output
     cal = json.loads(report.read_text())
     assert cal["pairs"] == 4 and cal["noise_margin"] >= 0 and cal["fingerprint"]["cpu_count"] >= 1
+    assert (
+        cal["noise_source"] in ("steady", "machine", "benchmark", "unknown") and cal["noise_note"]
+    )
     assert "smallest detectable gain" in res.output
     res = runner.invoke(
         app,

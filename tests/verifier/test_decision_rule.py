@@ -92,11 +92,17 @@ def test_false_accepts_under_a_position_bias():
 
 def test_power_near_the_bound():
     rate, pairs = _rates(0.03, 0.05, 120, seed=30_000)  # bound ~9.8 pairs
-    assert rate >= 0.90 and pairs <= 16, (rate, pairs)
+    assert rate >= 0.90 and pairs <= 14, (rate, pairs)
     rate, pairs = _rates(0.01, 0.02, 120, seed=40_000)  # bound ~6.6 pairs
-    assert rate >= 0.90 and pairs <= 12, (rate, pairs)
+    assert rate >= 0.90 and pairs <= 10, (rate, pairs)
 
 
 def test_power_at_cv5_within_the_cap():
+    # the quality table (500 trials) shows >= 80%; 120 trials carry ~4% of noise
     rate, pairs = _rates(0.05, 0.05, 120, seed=50_000)  # bound ~27 pairs
-    assert rate >= 0.65 and pairs <= 26, (rate, pairs)
+    assert rate >= 0.72 and pairs <= 24, (rate, pairs)
+
+
+def test_false_accepts_at_cv5():
+    rate, _ = _rates(0.05, 0.0, 500, seed=60_000)
+    assert rate <= 0.01, rate

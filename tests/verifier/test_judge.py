@@ -28,7 +28,9 @@ def test_b0_arm_and_quality_guards(checkout):
     assert 0 <= v.objective.noise_margin <= cal.noise_margin + 1e-12
     assert not any("no calibration" in w for w in v.warnings)
     assert {g.against for g in v.guards if g.kind == "wer"} == {"bk", "b0"}
-    assert v.objective.gain_vs_b0 is not None and v.objective.gain_vs_b0 > v.objective.gain
+    # B0 does 1.1x the work, the candidate 0.6x: clearly better vs B0 too (the
+    # comparison of the two gains would be a timed assertion on a shared machine)
+    assert v.objective.gain_vs_b0 is not None and v.objective.gain_vs_b0 > 0.2
     assert v.runs == 3 * (1 + v.pairs)  # three arms, 1 warm-up each
     garbled = verify(base, checkout("g", work=int(BASE_WORK * 0.6), mode="garbled"), _cfg(extra))
     assert garbled.decision == "reject" and "WER" in garbled.reason

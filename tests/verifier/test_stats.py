@@ -230,3 +230,35 @@ def test_calibration_with_bias_warns_and_sets_the_margin():
     assert cal.bias > 0.04 and cal.noise_margin == pytest.approx(math.expm1(cal.bias))
     assert cal.bias_margin() == cal.noise_margin and cal.bias_margin(0.2) == 0.2
     assert any("offset" in w for w in cal.warnings)
+
+
+def test_bound_status_decides_by_the_point_at_the_last_look():
+    assert bound_status(1.0, 1.1, upper=1.05, point=1.04) == "pass"
+    assert bound_status(1.0, 1.1, upper=1.05, point=1.06) == "fail"
+    assert bound_status(0.9, 1.0, lower=0.95, point=0.96) == "pass"
+    assert bound_status(0.9, 1.0, lower=0.95, point=0.94) == "fail"
+    assert bound_status(1.06, 1.2, upper=1.05, point=1.04) == "fail"  # the interval rules first
+
+
+def test_robust_location_sets_outliers_aside_and_falls_back_under_heavy_tails():
+    from scipy import stats as st
+
+    from verifier.stats import robust_location
+
+    d = (
+        0.02
+        + 0.01 * st.norm.ppf((np.arange(20) + 0.5) / 20)[np.random.default_rng(3).permutation(20)]
+    )
+    clean = robust_location(d)
+    assert clean.clipped == 0 and clean.point == pytest.approx(float(np.mean(d)))
+    assert clean.scale == pytest.approx(float(np.std(d, ddof=1)))
+    spoiled = d.copy()
+    spoiled[4] = -0.4  # one preempted run
+    one = robust_location(spoiled)
+    assert one.clipped == 1 and one.point == pytest.approx(float(np.mean(np.delete(d, 4))))
+    assert one.df == 18
+    pooled = robust_location(d[:4], prior_sd=0.01, prior_df=19)
+    assert pooled.df == 3 + 19
+    heavy = d.copy()
+    heavy[:6] = [-0.3, 0.4, -0.5, 0.3, -0.35, 0.45]  # 30% far out: not rare outliers
+    assert robust_location(heavy) == huber_location(heavy)

@@ -1,0 +1,52 @@
+"""``pull_request.synchronize`` on a bot PR: a maintainer pushed to it, so the
+verifier judges the new head (against the current Bk and B0).
+
+Only for our own candidate PRs (an ``rsi/...`` head branch, opened by us, known
+to the store) and pushes by people with write, maintain or admin; the bot's
+own pushes (rebaselines) are ignored, as they come with their own verdicts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from bot import checks, obs
+from bot.context import TRUSTED_ROLES, Context, sender_of
+
+EVENTS = ("pull_request.synchronize",)
+
+
+def handle(ctx: Context, event: Any) -> str:
+    p = event.payload
+    pr = p.get("pull_request") or {}
+    repo = (p.get("repository") or {}).get("full_name")
+    number = pr.get("number") or p.get("number")
+    head = pr.get("head") or {}
+    after = str(p.get("after") or head.get("sha") or "")
+    if not repo or not number or not str(head.get("ref") or "").startswith("rsi/"):
+        return "ignored: not an rsi branch"
+    if not re.fullmatch(r"[0-9a-f]{40}", after):
+        return "ignored: no head commit"
+    login, kind = sender_of(p)
+    if kind == "Bot" or ctx.is_us(login):
+        return "ignored: our own push"
+    found = ctx.store.candidate_by_pr(repo, int(number))
+    if found is None:
+        return "ignored: not one of our candidates"
+    task, cand = found
+    obs.bind_task(task.id)
+    author = (pr.get("user") or {}).get("login")
+    if author and not ctx.is_us(author):
+        return f"ignored: PR opened by {author}, not by us"
+    if cand.state not in ("open", "conflict"):
+        return f"ignored: candidate {cand.n} is {cand.state}"
+    role = ctx.gh.collaborator_role(repo, login)
+    if role not in TRUSTED_ROLES:
+        return f"ignored: {login} is {role}"
+    job = checks.queue_job(ctx, task, "reverify",
+                           {"task_id": task.id, "n": cand.n, "rebase": False,
+                            "reason": f"push by {login}", "requested_by": login},
+                           key=f"reverify:{task.id}:{cand.n}:{after}", head_sha=after, n=cand.n)
+    return (f"re-verifying candidate {cand.n} at {after[:10]}" if job is not None
+            else f"already queued for {after[:10]}")

@@ -1,0 +1,303 @@
+"""``rsi init``: the files that onboard a target repo, and what can be detected.
+
+Pure functions of data (docs/architecture.md, habit 4): :func:`detect` reads a checkout and
+guesses the benchmark command and its metrics; :func:`render_files` returns
+``{path: text}`` for
+
+* ``.rsi/config.toml``, commented, valid as written (a test builds a task of it);
+* ``.github/workflows/rsi-job.yml``, the caller of rsi-bot's reusable workflow
+  (the ``actions`` executor dispatches it);
+* ``.github/workflows/rsi-config-check.yml``, ``rsi config check`` on every
+  change of ``.rsi/config.toml``;
+* ``.github/ISSUE_TEMPLATE/rsi-proposal.yml``, the proposal form.
+
+:func:`write_files` writes them, refusing to overwrite any file unless forced.
+The bot's onboarding PR (``bot/handlers/onboarding.py``) uses the same files.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Literal
+
+from harness.spec import CONFIG_PATH
+
+PROJECT = "rsi-bot/rsi-bot"
+"""The GitHub repository of rsi-bot (the reusable workflow lives there)."""
+CALLER_PATH = ".github/workflows/rsi-job.yml"
+CHECK_PATH = ".github/workflows/rsi-config-check.yml"
+FORM_PATH = ".github/ISSUE_TEMPLATE/rsi-proposal.yml"
+FILES = (CONFIG_PATH, CALLER_PATH, CHECK_PATH, FORM_PATH)
+_LOWER = re.compile(r"(latency|_s$|_ms$|_us$|time|duration|rss|mib|mem|bytes|rtf|ttf|wer|loss|"
+                    r"error|^p\d\d)", re.I)
+_HIGHER = re.compile(r"(per_s|per_sec|_ps$|throughput|qps|rps|tps|speed|rate$|rtfx)", re.I)
+_MAX_READ = 512 * 1024
+_BENCH_GLOBS = ("bench/*.py", "benchmarks/*.py", "benchmark/*.py", "bench*.py")
+
+
+class InitError(ValueError):
+    """Init cannot go on; the message says what to do."""
+
+
+def release_ref() -> str:
+    """The tag of this release (``v`` + the package version): the reusable
+    workflow and installs are pinned to it (see docs/getting-started.md)."""
+    try:
+        return "v" + metadata.version("rsi-bot")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare tree
+        return "main"
+
+
+def direction_of(metric: str) -> Literal["higher", "lower"]:
+    """A guess: times, latencies, memory and error rates are better lower."""
+    if _HIGHER.search(metric):
+        return "higher"
+    return "lower" if _LOWER.search(metric) else "higher"
+
+
+@dataclass
+class Detected:
+    command: str | None = None
+    metrics: dict[str, str] = field(default_factory=dict)
+    samples: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+    """Where the guess comes from (shown to the user)."""
+
+
+@dataclass
+class InitAnswers:
+    command: str
+    metrics: dict[str, str]
+    objective: str
+    benchmark: str = "main"
+    samples: dict[str, str] = field(default_factory=dict)
+    min_gain: float = 0.05
+    timeout_s: int = 600
+    ready_pattern: str | None = None
+    editable: list[str] = field(default_factory=lambda: ["**"])
+    device: Literal["cpu", "cuda", "npu"] = "cpu"
+    ref: str = field(default_factory=release_ref)
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.command.strip():
+            out.append("the benchmark command is empty (--command)")
+        if not self.metrics:
+            out.append("declare at least one metric (--metric NAME=higher|lower)")
+        for m, d in {**self.metrics, **self.samples}.items():
+            if not re.fullmatch(r"[A-Za-z_]\w*", m):
+                out.append(f"metric name {m!r}: use letters, digits and '_'")
+            if d not in ("higher", "lower"):
+                out.append(f"metric {m}: direction must be higher or lower, not {d!r}")
+        if self.objective not in self.metrics:
+            out.append(f"the objective {self.objective!r} is not one of the metrics "
+                       f"({', '.join(self.metrics) or 'none'})")
+        if not 0 <= self.min_gain <= 10:
+            out.append(f"min_gain {self.min_gain} is outside 0..10 (0.05 means 5% better)")
+        if not re.fullmatch(r"[A-Za-z_][\w-]*", self.benchmark):
+            out.append(f"benchmark name {self.benchmark!r}: use letters, digits, '_' or '-'")
+        return out
+
+
+# ---------------------------------------------------------------- detection
+
+
+def _result_keys(source: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Metric and sample names from dict literals ``{"metrics": {...}, "samples": {...}}``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}, {}
+    found: dict[str, dict[str, str]] = {"metrics": {}, "samples": {}}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Dict):
+            continue
+        for k, v in zip(node.keys, node.values, strict=True):
+            if isinstance(k, ast.Constant) and k.value in found and isinstance(v, ast.Dict):
+                for mk in v.keys:
+                    if isinstance(mk, ast.Constant) and isinstance(mk.value, str):
+                        found[k.value][mk.value] = direction_of(mk.value)
+    return found["metrics"], found["samples"]
+
+
+def _plain(p: Path) -> bool:
+    """A regular file of a sane size, not a link: a checkout may be untrusted
+    (the bot's onboarding reads repositories it was just installed on)."""
+    return p.is_file() and not p.is_symlink() and p.stat().st_size <= _MAX_READ
+
+
+def detect(repo: Path) -> Detected:
+    """Guess the benchmark: a script that writes ``$RSI_RESULT`` first, then a
+    ``bench`` target of the Makefile, then any benchmark-looking script."""
+    repo = Path(repo)
+    scripts = sorted({p for g in _BENCH_GLOBS for p in repo.glob(g) if _plain(p)})
+    texts = {p: p.read_text(encoding="utf-8", errors="replace") for p in scripts[:50]}
+    native = [p for p, t in texts.items() if "RSI_RESULT" in t]
+    for p in native:
+        metrics, samples = _result_keys(texts[p])
+        rel = p.relative_to(repo).as_posix()
+        return Detected(f"python {rel}", metrics, samples, f"{rel} writes $RSI_RESULT")
+    make = repo / "Makefile"
+    if _plain(make):
+        m = re.search(r"^(bench(?:mark)?)\s*:", make.read_text(errors="replace"), re.M)
+        if m:
+            return Detected(f"make {m.group(1)}", source=f"Makefile target '{m.group(1)}'")
+    if scripts:
+        rel = scripts[0].relative_to(repo).as_posix()
+        return Detected(f"python {rel}", source=f"{rel} (it must write its result JSON to "
+                        "$RSI_RESULT)")
+    return Detected()
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _s(v: str) -> str:
+    return json.dumps(v)  # a JSON string is a valid TOML basic string
+
+
+def render_config(a: InitAnswers) -> str:
+    lines = [
+        "#:schema https://raw.githubusercontent.com/rsi-bot/rsi-bot/main/docs/schema/rsi-config.schema.json",
+        "# rsi-bot's repo config, written by `rsi init`. The bot reads it from the",
+        "# default branch only. Every key: https://github.com/rsi-bot/rsi-bot/blob/main/docs/configuration.md",
+        "# Check it (the working tree) before committing: rsi config check",
+        "",
+        "# A benchmark is a command run in a checkout of this repo; it writes its result",
+        '# JSON to the file $RSI_RESULT names: {"metrics": {...}, "samples": {...},',
+        '# "outputs": {...}, "counts": {"failed": 0}}. The verifier runs it many times,',
+        "# alternating baseline and candidate, each run in a fresh container.",
+        f"[benchmarks.{a.benchmark}]",
+        f"command = {_s(a.command)}",
+        f"timeout_s = {a.timeout_s}                     # one run; the whole process group is killed after",
+        f"ready_pattern = {_s(a.ready_pattern)}" if a.ready_pattern else
+        '# ready_pattern = "READY"              # a stdout line that ends start-up (-> startup_s)',
+        "",
+        "# Each metric the benchmark reports, and its better direction.",
+        f"[benchmarks.{a.benchmark}.metrics]",
+        *(f"{m} = {_s(d)}" for m, d in a.metrics.items()),
+    ]
+    if a.samples:
+        lines += ["", "# Per-request series: the verifier derives <name>_p50 ... _p99 from them.",
+                  f"[benchmarks.{a.benchmark}.samples]",
+                  *(f"{m} = {_s(d)}" for m, d in a.samples.items())]
+    lines += [
+        "",
+        "# What to improve, and the smallest gain worth a pull request (0.05 = 5%).",
+        "[objective]",
+        f"benchmark = {_s(a.benchmark)}",
+        f"metric = {_s(a.objective)}",
+        f"min_gain = {a.min_gain!r}",
+        "",
+        "# Guards: how much worse any other metric may get (checked against the current",
+        "# baseline and the task's first one). The verifier also adds default guards on",
+        "# peak memory and tail latency. For example:",
+        "# [[guards]]",
+        '# metric = "peak_rss_mib"',
+        "# max_ratio = 1.05",
+        "# required = true                      # a proposal may not loosen it",
+        *_guard_lines(a),
+        "",
+        "# What an agent may change. .rsi/** and .github/** are always protected, and so",
+        "# is every file a benchmark command names. Globs use .gitignore rules.",
+        "[policy]",
+        f"editable = [{', '.join(_s(g) for g in a.editable)}]",
+        "protected = []",
+        "max_changed_lines = 400",
+        "",
+        "# Who proposes changes. 'tuner' needs [[knobs]]; external agents (claude-code,",
+        "# codex, aider, mini-swe-agent) need their API key's name in env and the model",
+        "# API host in the runner profile's allowed_hosts.",
+        "[agent]",
+        "rounds = 6",
+        '# kind = "mini-swe-agent"',
+        '# env = ["OPENAI_API_KEY"]',
+        "",
+        *_runner_lines(a),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _guard_lines(a: InitAnswers) -> list[str]:
+    others = [m for m, d in a.metrics.items() if m != a.objective and d == "lower"]
+    return [line for m in others[:3]
+            for line in ("", "[[guards]]", f"metric = {_s(m)}", "max_ratio = 1.05")]
+
+
+def _runner_lines(a: InitAnswers) -> list[str]:
+    head = ["# Where agents and benchmarks run. The bot dispatches jobs to self-hosted runners",
+            "# with labels from the profile; see docs/getting-started.md for CUDA and Ascend NPU.",
+            "[runner]", f"profile = {_s(a.device)}", "",
+            f"[runner.profiles.{a.device}]", f"device = {_s(a.device)}",
+            f'# runs_on = ["self-hosted", "{a.device}"]   # the runner labels of its jobs']
+    if a.device == "cuda":
+        return head + ['devices = ["0"]                       # GPU ids this profile may use']
+    if a.device == "npu":
+        return head + ['devices = ["0"]                       # davinci indices this profile may use']
+    return head + ["cpus = 2.0", 'memory = "4g"']
+
+
+def _template(name: str) -> str:
+    return resources.files("harness").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def render_files(a: InitAnswers) -> dict[str, str]:
+    """``{path: text}`` of every file ``rsi init`` writes."""
+    problems = a.problems()
+    if problems:
+        raise InitError("; ".join(problems))
+    sub = {"@RSI_REF@": a.ref, "@RSI_PROJECT@": PROJECT}
+
+    def fill(text: str) -> str:
+        for k, v in sub.items():
+            text = text.replace(k, v)
+        return text
+
+    return {
+        CONFIG_PATH: render_config(a),
+        CALLER_PATH: fill(_template("rsi-job-caller.yml")),
+        CHECK_PATH: fill(_template("rsi-config-check.yml")),
+        FORM_PATH: _template("rsi-proposal.yml"),
+    }
+
+
+def write_files(repo: Path, files: dict[str, str], *, force: bool = False) -> list[Path]:
+    """Write ``files`` under ``repo``; refuse, writing nothing, when any exists
+    (unless ``force``) or when a path goes through a symbolic link."""
+    repo = Path(repo)
+    existing = [p for p in files if (repo / p).exists()]
+    if existing and not force:
+        raise InitError(f"{', '.join(existing)} already exist(s) in {repo}; "
+                        "nothing was written (--force overwrites)")
+    for rel in files:
+        path = repo / rel
+        for part in [path, *path.parents]:
+            if part == repo:
+                break
+            if part.is_symlink():
+                raise InitError(f"{part.relative_to(repo)} is a symbolic link; nothing was "
+                                "written (rsi init never writes through links)")
+    written = []
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def next_steps(a: InitAnswers) -> str:
+    return f"""Next steps:
+  1. Check the config (the working tree):  rsi config check
+  2. Run the benchmark once by hand:       RSI_RESULT=/tmp/r.json {a.command} && cat /tmp/r.json
+  3. Commit .rsi/ and .github/ to the default branch (the bot reads only that).
+  4. Install the rsi-bot GitHub App on this repository (docs/getting-started.md).
+  5. Register a self-hosted runner with the labels of profile '{a.device}'.
+  6. Open an issue with the "rsi optimization proposal" form; a maintainer adds
+     the `rsi` label to start.
+Docs: https://github.com/{PROJECT}/blob/main/docs/getting-started.md"""

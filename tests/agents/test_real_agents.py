@@ -1,0 +1,183 @@
+"""mini-swe-agent and aider, for real: each runs in the sandbox through the
+``command`` agent path, reads TASK.md, edits the target through its own tools,
+and talks to the scripted model server only through the egress proxy. Its
+edit goes through the edit policy and the verifier like any candidate."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.agents import make_agent
+from harness.ledger import Ledger
+from harness.loop import load_state, run_task
+from harness.spec import load_task
+from tests.fakemodel.fixture import HOST, PORT, FakeModel
+from tests.harness.target import CONFIG, make_target
+
+from .scripts import MINI_USAGE, SCRIPTS
+
+pytestmark = pytest.mark.docker
+
+API_KEY = "sk-rsi-test-5f2b9c0e7d41a8b3"
+
+
+def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 120, extra: str = "") -> str:
+    # the verifier's default guards (peak RSS within 2%...) only add noise to a sleep-bound target
+    # and a loaded 2-core CI box must not refuse the task at calibration: the change is +47%,
+    # so min_gain 20% with up to 12 pairs (a clear gain still stops at the first look, 6 pairs)
+    base = (CONFIG.split("[agent]")[0].replace("[verifier]\n", "[verifier]\ndefault_guards = false\n")
+            .replace("min_gain = 0.1\n", "min_gain = 0.2\n").replace("max_pairs = 8\n", "max_pairs = 12\n"))
+    assert "min_gain = 0.2" in base and "max_pairs = 12" in base
+    return base + f'''
+[agent]
+kind = "{kind}"
+model = "openai/{model}"
+rounds = 2
+round_timeout_s = {timeout_s}
+max_straight_rejections = 3
+price_in_per_mtok = 2.0
+price_out_per_mtok = 8.0
+{extra}
+[runner]
+profile = "agent"
+
+[runner.profiles.agent]
+cpus = 1.0
+memory = "2g"
+allowed_hosts = ["{host}"]
+env = {{ OPENAI_API_BASE = "http://{host}:{PORT}/v1" }}
+'''
+
+
+@pytest.fixture(scope="module")
+def fakemodel():
+    with FakeModel(SCRIPTS, api_key=API_KEY) as fm:
+        yield fm
+
+
+def run_agent(tmp_path: Path, fm: FakeModel, kind: str, model: str, *, verifier: str = "inprocess",
+              rounds: int = 1, **cfg):
+    # 250 ms per request: a change the verifier's own clock sees through each run's start-up
+    repo = make_target(tmp_path, python=sys.executable, delay_ms=250, config=agent_config(kind, model, **cfg))
+    spec = load_task(repo, None, f"t-{model}")
+    agent = make_agent(spec)
+    agent.environ = {"OPENAI_API_KEY": API_KEY}
+    agent.upstream_networks = (fm.network_name,)
+    events: list = []
+    res = run_task(repo, spec, state_dir=tmp_path / "state", agent=agent, rounds=rounds,
+                   verifier=verifier, on_event=events.append)
+    assert res.status != "refused", res.reason  # B0's calibration: the machine too noisy right now
+    return repo, res, Ledger(repo).records(), events
+
+
+def keep_record(tmp_path: Path, name: str, rec) -> None:
+    """The round's ledger record, as JSON (into ``$RSI_AGENT_RECORDS`` when set)."""
+    out = Path(os.environ.get("RSI_AGENT_RECORDS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}-record.json").write_text(rec.model_dump_json(by_alias=True, indent=1))
+
+
+def no_secret_anywhere(tmp_path: Path, repo: Path, events: list) -> None:
+    """The key is in no file of the state dir, no ledger line, no event."""
+    for p in (tmp_path / "state").rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            assert API_KEY not in p.read_text(errors="replace"), p
+    import subprocess
+
+    ledger = subprocess.run(["git", "log", "-p", "--all"], cwd=repo, capture_output=True, text=True).stdout
+    assert API_KEY not in ledger
+    assert all(API_KEY not in e.model_dump_json() for e in events)
+
+
+def test_mini_swe_agent_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
+    repo, res, recs, events = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-ok", verifier="sandbox",
+                                        extra="max_tokens = 3000\n", rounds=2)
+    (c,) = res.candidates  # the token budget (3,000) is spent after round 1: no round 2
+    assert c.decision == "accept", c.reason
+    assert c.hypothesis.startswith("cut the per-request delay")
+    assert res.status == "finished" and res.reason.startswith("token budget spent: 3,720 of 3,000")
+    rec = recs[0]
+    assert rec.files == ["app/settings.toml"] and rec.lines_added == 1 and rec.lines_removed == 1
+    assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == MINI_USAGE
+    assert rec.usage.cost_usd == pytest.approx((3600 * 2.0 + 120 * 8.0) / 1e6)
+    assert rec.usage.wall_s > 0 and rec.usage.source == "mini-trajectory"
+    assert load_state(tmp_path / "state").spent.tokens == 3720
+    seen = fakemodel.requests("mini-ok")
+    assert len(seen) == 3 and all(r["key_ok"] for r in seen)
+    # the agent read TASK.md with its own tool: the output of `cat` went back to the model
+    assert any("make `speed` faster" in m for m in seen[1]["messages"])
+    keep_record(tmp_path, "mini-swe-agent", rec)
+
+
+def test_aider_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
+    repo, res, recs, events = run_agent(tmp_path, fakemodel, "aider", "aider-ok", verifier="sandbox")
+    (c,) = res.candidates
+    assert c.decision == "accept", c.reason
+    assert c.hypothesis == "cut delay_ms in app/settings.toml (250 -> 170 ms per request)"
+    rec = recs[0]
+    assert rec.files == ["app/settings.toml"], rec.files  # no .aider* files in the candidate
+    assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == \
+        {"calls": 1, "tokens_in": 900, "tokens_out": 40}
+    seen = fakemodel.requests("aider-ok")
+    assert len(seen) == 1 and seen[0]["key_ok"]
+    assert any("make `speed` faster" in m for m in seen[0]["messages"])  # TASK.md is aider's message
+    keep_record(tmp_path, "aider", rec)
+
+
+def test_protected_file_edit_is_rejected(tmp_path: Path, fakemodel: FakeModel):
+    _, res, recs, _ = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-protected")
+    (c,) = res.candidates
+    assert c.decision == "reject" and "tests/test_core.py" in c.reason and "edit policy" in c.reason
+    assert recs[0].usage.calls == 3 and recs[0].verdict is None  # never measured
+
+
+def test_too_many_changed_lines_is_rejected(tmp_path: Path, fakemodel: FakeModel):
+    _, res, _, _ = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-toobig")
+    (c,) = res.candidates
+    assert c.decision == "reject" and "80" in c.reason and "50" in c.reason, c.reason
+
+
+def test_agent_that_never_finishes_is_an_error_round(tmp_path: Path, fakemodel: FakeModel):
+    _, res, recs, _ = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-forever", timeout_s=25)
+    (c,) = res.candidates
+    assert c.decision == "error" and "timed out after 25 s" in c.reason
+    assert recs[0].usage.wall_s >= 25
+
+
+def test_api_key_is_redacted_everywhere(tmp_path: Path, fakemodel: FakeModel):
+    repo, res, recs, events = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-leak")
+    (c,) = res.candidates
+    assert c.decision == "error" and "wrote a secret" in c.reason and "app/notes.txt" in c.reason
+    assert c.hypothesis == "used key [REDACTED]"
+    log = (tmp_path / "state" / "rounds" / "1" / "agent.log").read_text()
+    assert "my key is [REDACTED]" in log
+    no_secret_anywhere(tmp_path, repo, events)
+    from bot.render import status_comment
+
+    assert API_KEY not in status_comment(state="running", candidates=[
+        type("C", (), {"n": 1, "decision": c.decision, "hypothesis": c.hypothesis, "pr_number": None,
+                       "state": "open"})()])
+
+
+def test_model_endpoint_down_is_an_error_round(tmp_path: Path, fakemodel: FakeModel):
+    """The profile allows only a host that does not resolve: the proxy cannot
+    connect, the agent gives up after its retries, and the round is an error."""
+    before = len(fakemodel.requests())
+    _, res, recs, _ = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-ok", host="down.rsi.test")
+    (c,) = res.candidates
+    assert res.status == "finished"
+    assert c.decision == "error" and "exited with code 1" in c.reason, c.reason
+    assert recs[0].decision == "error" and recs[0].usage.calls == 0
+    assert len(fakemodel.requests()) == before  # nothing reached any model
+
+
+def test_aider_without_a_model_reply_is_an_error_round_not_a_no_change(tmp_path: Path, fakemodel: FakeModel):
+    """aider exits 0 when its model refuses it; no reply at all is an error, not a reject."""
+    _, res, recs, _ = run_agent(tmp_path, fakemodel, "aider", "aider-refused")
+    (c,) = res.candidates
+    assert c.decision == "error" and "no reply from its model API" in c.reason, c.reason
+    assert len(fakemodel.requests("aider-refused")) == 1

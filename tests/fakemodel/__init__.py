@@ -1,0 +1,1 @@
+"""A scripted OpenAI-compatible model server for agent tests (see README.md)."""

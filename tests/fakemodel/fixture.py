@@ -1,0 +1,134 @@
+"""The scripted model server in a container, reachable by a DNS name.
+
+:class:`FakeModel` starts ``tests.fakemodel.server`` in a container of the
+sandbox's base image (the host's Python and venv mounted read-only, like any
+sandbox job) on its own docker network, under the alias :data:`HOST`. An
+agent reaches it only through the egress proxy: pass :attr:`network` as the
+proxy's upstream network and :data:`HOST` as the runner profile's only
+allowed host; tinyproxy resolves the alias with docker's DNS on that network.
+The test process reads what the server saw from the container's address.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from harness import sandbox
+from harness.agents.hostlibs import lib_mounts
+
+HOST = "model.rsi.test"
+PORT = 8000
+LABEL = "rsi-bot.fakemodel"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeModel:
+    """``with FakeModel(scripts, api_key=...) as fm:`` a running scripted server."""
+
+    def __init__(self, scripts: dict[str, list[dict]], *, api_key: str = "", image: str | None = None):
+        self.scripts = scripts
+        self.api_key = api_key
+        self.image = image or sandbox.RunnerProfile().image
+        self.client = None
+        self.network = None
+        self.container = None
+        self.dir: str | None = None
+        self.address = ""
+
+    @property
+    def network_name(self) -> str:
+        return self.network.name
+
+    @property
+    def base_url(self) -> str:
+        """What the agent is told (through its proxy)."""
+        return f"http://{HOST}:{PORT}/v1"
+
+    def __enter__(self) -> FakeModel:
+        try:
+            self._start()
+        except Exception:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        self.client = sandbox.docker_client()
+        tag = uuid.uuid4().hex[:10]
+        self.dir = tempfile.mkdtemp(prefix="rsi-fakemodel-")
+        Path(self.dir, "script.json").write_text(json.dumps(self.scripts))
+        Path(self.dir, "key").write_text(self.api_key)
+        for p in (self.dir, f"{self.dir}/script.json", f"{self.dir}/key"):
+            Path(p).chmod(0o755 if p == self.dir else 0o644)
+        self.network = self.client.networks.create(f"rsi-fakemodel-{tag}", driver="bridge",
+                                                   labels={LABEL: "1"})
+        volumes = {m.source: {"bind": m.target, "mode": "ro"} for m in sandbox.python_mounts()}
+        volumes[str(REPO_ROOT)] = {"bind": str(REPO_ROOT), "mode": "ro"}
+        volumes[self.dir] = {"bind": "/fakemodel", "mode": "ro"}
+        libs, lib_env = lib_mounts()  # uvicorn imports ssl; the base image has no libssl
+        for src, dst in libs:
+            volumes[src] = {"bind": dst, "mode": "ro"}
+        self.container = self.client.containers.create(
+            self.image,
+            [sandbox.python_executable(), "-m", "tests.fakemodel.server", "--script",
+             "/fakemodel/script.json", "--api-key-file", "/fakemodel/key", "--port", str(PORT)],
+            name=f"rsi-fakemodel-{tag}", user=sandbox.SANDBOX_UID, cap_drop=["ALL"],
+            security_opt=["no-new-privileges"], read_only=True, tmpfs={"/tmp": "rw,size=16m"},
+            working_dir=str(REPO_ROOT), environment={"PYTHONPATH": str(REPO_ROOT), "HOME": "/tmp",
+                                                     "PYTHONDONTWRITEBYTECODE": "1", **lib_env},
+            network=self.network.name, labels={LABEL: "1"}, detach=True, volumes=volumes,
+            mem_limit=512 * 1024**2, pids_limit=64)
+        self.network.disconnect(self.container)
+        self.network.connect(self.container, aliases=[HOST])
+        self.container.start()
+        self._wait_ready()
+
+    def _wait_ready(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.container.reload()
+            if self.container.status not in ("created", "running"):
+                raise RuntimeError(f"fake model server exited: {self.container.logs()[-2000:]!r}")
+            nets = self.container.attrs["NetworkSettings"]["Networks"]
+            ip = nets.get(self.network.name, {}).get("IPAddress")
+            if ip:
+                self.address = f"http://{ip}:{PORT}"
+                try:
+                    if httpx.get(f"{self.address}/health", timeout=2).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+            time.sleep(0.3)
+        raise RuntimeError("fake model server did not answer /health in time")
+
+    def requests(self, model: str | None = None) -> list[dict]:
+        """What the server saw (optionally for one script), oldest first."""
+        seen = httpx.get(f"{self.address}/_rsi/requests", timeout=10).json()
+        return [r for r in seen if model is None or r["model"] == model]
+
+    def close(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except Exception:  # noqa: BLE001 - labelled for cleanup
+                pass
+            self.container = None
+        if self.network is not None:
+            try:
+                self.network.remove()
+            except Exception:  # noqa: BLE001
+                pass
+            self.network = None
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
