@@ -252,7 +252,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .headline{font-size:1.05rem;padding:.6rem .9rem;border-left:6px solid var(--c);background:#f6f8fa}
 tr.fail td{background:#ffebe9}tr.unclear td{background:#fff8c5}tr.objective td{font-weight:600}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem}
-pre{background:#f6f8fa;padding:.7rem;overflow-x:auto}.muted{color:#57606a}
+pre{background:#f6f8fa;padding:.7rem;white-space:pre-wrap;overflow-wrap:anywhere}.muted{color:#57606a}
 """
 
 
@@ -292,7 +292,25 @@ def _header(t: Task, repo_url: str) -> str:
             f'<p class="muted">Rounds {_h(rounds)} · generation {int(t.generation)} · B0 '
             f"<code>{_h(render._short(t.b0_sha))}</code> · Bk <code>{_h(render._short(t.bk_sha))}"
             f"</code> · updated {_h(updated)}</p>"
-            + (f"<h2>Task</h2><pre>{_h(t.summary)}</pre>" if t.summary else ""))
+            + (f"<h2>Task</h2>{summary_html(t.summary)}" if t.summary else ""))
+
+
+_STRONG = re.compile(r"\*\*(.+?)\*\*")
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def summary_html(text: str) -> str:
+    """The task summary (a short markdown list) as HTML: each line escaped first,
+    then only ``**bold**`` and ``code`` spans turned into tags, so nothing the
+    summary quotes from an issue can open a tag of its own."""
+    items = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        body = _CODE.sub(r"<code>\1</code>", _STRONG.sub(r"<strong>\1</strong>", _h(line.removeprefix("- "))))
+        items.append(f"<li>{body}</li>")
+    return f'<ul class="summary">{"".join(items)}</ul>'
 
 
 def _gain(c: Candidate) -> str:

@@ -992,7 +992,7 @@ th,td{border:1px solid #d0d7de;padding:.3rem .55rem;vertical-align:top}
 th{background:#f6f8fa;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.fail td{background:#ffebe9}tr.unclear td{background:#fff8c5}tr.objective td{font-weight:600}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem}
-pre{background:#f6f8fa;padding:.7rem;overflow-x:auto}
+pre{background:#f6f8fa;padding:.7rem;white-space:pre-wrap;overflow-wrap:anywhere}
 .muted{color:#57606a}
 """
 

@@ -298,7 +298,6 @@ class Proposal(BaseModel):
     errors: list[str] = Field(default_factory=list)
 
 
-_SECTION_RX = re.compile(r"^###\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _FENCE_RX = re.compile(r"^```+\s*toml\s*\n(.*?)^```+\s*$", re.MULTILINE | re.DOTALL)
 _EMPTY = {"", "_no response_", "none", "n/a", "-"}
 
@@ -376,6 +375,36 @@ def _parse_guard_line(line: str) -> dict[str, Any]:
     return g
 
 
+def _markdown_blocks(body: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The ``### `` sections (heading, the text up to the next one) and the
+    ```` ```toml ```` blocks of a proposal, from CommonMark's block structure
+    (markdown-it-py): a heading or a TOML block inside a code fence or a quote
+    is text, not structure."""
+    from markdown_it import MarkdownIt
+
+    lines = body.split("\n")
+    tokens = MarkdownIt("commonmark").parse(body)
+    heads: list[tuple[str, int, int]] = []  # (title, first line, line after it)
+    fences: list[str] = []
+    quoted = 0
+    for i, t in enumerate(tokens):
+        if t.type == "blockquote_open":
+            quoted += 1
+        elif t.type == "blockquote_close":
+            quoted -= 1
+        elif quoted or not t.map:
+            continue
+        elif t.type == "heading_open" and t.tag == "h3":
+            heads.append((tokens[i + 1].content.strip(), t.map[0], t.map[1]))
+        elif t.type == "fence" and (t.info.strip().split() or [""])[0].lower() == "toml":
+            fences.append(t.content)
+    sections = []
+    for j, (title, _, after) in enumerate(heads):
+        end = heads[j + 1][1] if j + 1 < len(heads) else len(lines)
+        sections.append((title, "\n".join(lines[after:end])))
+    return sections, fences
+
+
 def parse_proposal(body: str | None) -> Proposal:
     """Read a proposal: GitHub issue-form sections (``### Benchmark`` ...) and/or
     fenced ```toml blocks (the TOML wins where both set a key)."""
@@ -386,12 +415,10 @@ def parse_proposal(body: str | None) -> Proposal:
     form: dict[str, Any] = {}
     notes: list[str] = []
 
-    matches = list(_SECTION_RX.finditer(body))
-    for i, m in enumerate(matches):
-        heading = m.group(1).strip()
+    sections, fences = _markdown_blocks(body)
+    for heading, value in sections:
         key = _HEADINGS.get(heading.lower().rstrip(":"))
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(body)
-        value = _clean(body[m.end() : end])
+        value = _clean(value)
         if key == "toml" or not value:
             continue
         where = f"section '### {heading}'"
@@ -432,13 +459,13 @@ def parse_proposal(body: str | None) -> Proposal:
             prop.errors.append(f"proposal {where}: {exc}")
 
     toml_over: dict[str, Any] = {}
-    for n, block in enumerate(_FENCE_RX.findall(body), start=1):
+    for n, block in enumerate(fences, start=1):
         try:
             toml_over = _deep_merge(toml_over, tomllib.loads(block))
         except tomllib.TOMLDecodeError as exc:
             prop.errors.append(f"proposal toml block {n}: not valid TOML: {exc}")
     prop.overrides = _deep_merge(form, toml_over)
-    if not matches and not _FENCE_RX.search(body):
+    if not sections and not fences:
         notes.append(body.strip())
     prop.notes = "\n\n".join(notes)
     return prop

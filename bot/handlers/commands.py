@@ -1,9 +1,11 @@
 """``/rsi ...`` comment commands (``issue_comment.created``).
 
-A command is a line that starts with ``/rsi`` (up to three spaces of
-indentation, as in Markdown). Lines inside fenced code blocks (```` ``` ````
-or ``~~~``), indented code blocks (four spaces or a tab), ``>`` quotes and
-HTML comments do not count. ``/rsi rerun`` on an issue whose body was edited
+A command is a line of a paragraph that starts with ``/rsi`` (up to three
+spaces of indentation, as in Markdown). The comment's block structure comes
+from a CommonMark parser (markdown-it-py), as GitHub renders it: lines inside
+fenced code blocks (```` ``` ```` or ``~~~``), indented code blocks (four
+spaces or a tab), ``>`` quotes (lazy continuation lines included) and HTML
+comments do not count. ``/rsi rerun`` on an issue whose body was edited
 after the label runs the edited proposal (the writer's approval of the edit).
 The commenter needs write, maintain or admin
 (``role_name``); bots and the bot itself are ignored; a refusal says why.
@@ -28,7 +30,6 @@ MAX_BUDGET = 1000
 MAX_COMMANDS = 10
 
 _CMD_RX = re.compile(r"^ {0,3}/rsi(?=\s|$)(.*)$")
-_FENCE_RX = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _HTML_COMMENT_RX = re.compile(r"<!--.*?(-->|\Z)", re.S)
 
 
@@ -50,29 +51,31 @@ def parse_commands(body: str | None) -> list[Command]:
         return []
     text = _HTML_COMMENT_RX.sub("", body.replace("\r\n", "\n").replace("\r", "\n"))
     out: list[Command] = []
-    fence: str | None = None
-    for line in text.split("\n"):
-        m = _FENCE_RX.match(line)
-        if fence is not None:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) \
-                    and not m.group(2).strip():
-                fence = None
-            continue
-        if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-            fence = m.group(1)
-            continue
-        if line.startswith("\t") or line.startswith("    "):
-            continue  # indented code block
-        if line.lstrip().startswith(">"):
-            continue  # quote
+    for line in _paragraph_lines(text):
         cm = _CMD_RX.match(line)
         if not cm:
             continue
-        words = cm.group(1).split()
-        out.append(_command(words, line.strip()))
+        out.append(_command(cm.group(1).split(), line.strip()))
         if len(out) >= MAX_COMMANDS:
             break
     return out
+
+
+def _paragraph_lines(text: str):
+    """Source lines of the paragraphs a reader sees as text: CommonMark's block
+    structure (markdown-it-py), so code blocks, fences and quotes (with their
+    lazy continuation lines, as GitHub renders them) are left out."""
+    from markdown_it import MarkdownIt
+
+    lines = text.split("\n")
+    quoted = 0
+    for tok in MarkdownIt("commonmark").parse(text):
+        if tok.type == "blockquote_open":
+            quoted += 1
+        elif tok.type == "blockquote_close":
+            quoted -= 1
+        elif tok.type == "paragraph_open" and not quoted and tok.map:
+            yield from lines[tok.map[0]:tok.map[1]]
 
 
 def _command(words: list[str], text: str) -> Command:

@@ -37,8 +37,11 @@ def names(body):
     ("\t/rsi rerun", []),
     # quotes
     ("> /rsi rerun", []),
-    (">/rsi stop\n/rsi status", [("status", (), False)]),
+    (">/rsi stop\n/rsi status", []),  # a lazy continuation line: GitHub shows it quoted
+    (">/rsi stop\n\n/rsi status", [("status", (), False)]),
     ("  > /rsi stop", []),
+    ("> quoted\n>\n> /rsi stop", []),
+    ("- a list item\n\n/rsi status", [("status", (), False)]),
     # HTML comments
     ("<!-- /rsi rerun -->", []),
     ("<!--\n/rsi stop\n-->\n/rsi status", [("status", (), False)]),

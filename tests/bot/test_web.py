@@ -157,3 +157,12 @@ def test_github_login_opens_the_pages_of_readable_repos(finished_task, live_app,
                                   ("GET", "/user/installations/N/repositories"),
                                   ("POST", "/login/oauth/access_token")]
     assert len(fake_github.requests_to("POST", "/login/oauth/access_token")) == 1
+
+
+def test_task_summary_is_a_list_with_only_bold_and_code_as_tags():
+    from bot.web import summary_html
+
+    out = summary_html("- **objective**: `throughput` of <b>x</b>\n- **agent**: **<script>x</script>**\n")
+    assert out.startswith('<ul class="summary"><li><strong>objective</strong>: <code>throughput</code>')
+    assert out.count("<li>") == 2 and "<b>" not in out and "<script" not in out
+    assert "<strong>&lt;script&gt;x&lt;/script&gt;</strong>" in out

@@ -386,3 +386,17 @@ def test_every_refusal_is_collected():
     body = toml_proposal("[verifier]\nalpha = 0.4\nmax_pairs = 2\n\n[policy]\nmax_changed_lines = 1e3")
     errs = errors_of(LOOSER, body)
     assert len([e for e in errs if e.startswith("proposal")]) == 3, errs
+
+
+def test_proposal_structure_is_commonmarks_not_line_patterns():
+    """A heading or a TOML block quoted or shown inside a code fence is text: it
+    sets nothing (GitHub renders it as text too)."""
+    from harness.spec import parse_proposal
+
+    body = ("### Idea\n\nFuse the kernels.\n\n````\n### Minimum gain\n\n50%\n```toml\n[objective]\n"
+            "min_gain = 0.9\n```\n````\n\n> ```toml\n> [agent]\n> rounds = 99\n> ```\n\n"
+            "### Minimum gain\n\n3%\n\n```toml\n[agent]\nrounds = 2\n```\n")
+    p = parse_proposal(body)
+    assert p.errors == []
+    assert p.overrides == {"objective": {"min_gain": 0.03}, "agent": {"rounds": 2}}
+    assert p.notes.startswith("Idea:\nFuse the kernels.")
