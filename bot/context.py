@@ -56,6 +56,21 @@ def sender_of(payload: dict[str, Any]) -> tuple[str, str]:
     return s.get("login") or "", s.get("type") or "User"
 
 
+def our_candidate_pr(ctx: Context, repo: str, pr: dict[str, Any], number: int) -> tuple[Any, Any] | str:
+    """(task, candidate) of a pull request that is one of our candidates, opened by
+    us; else the "ignored: ..." reason. Binds the task id to the log context."""
+    from bot import obs
+
+    found = ctx.store.candidate_by_pr(repo, int(number))
+    if found is None:
+        return "ignored: not one of our candidates"
+    obs.bind_task(found[0].id)
+    author = (pr.get("user") or {}).get("login")
+    if author and not ctx.is_us(author):
+        return f"ignored: PR opened by {author}, not by us"
+    return found
+
+
 def task_lane(task_id: int) -> str:
     return f"task:{task_id}"
 

@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 EGRESS_IMAGE = os.environ.get("RSI_EGRESS_IMAGE", "rsi-bot/egress:bookworm")
 PROXY_PORT = 8888
@@ -168,18 +169,23 @@ class Egress:
         raise EgressError("tinyproxy did not start listening in time")
 
     def close(self) -> None:
-        if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except Exception:  # noqa: BLE001 - best effort; labelled for cleanup
-                pass
-            self.container = None
-        if self.network is not None:
-            try:
-                self.network.remove()
-            except Exception:  # noqa: BLE001
-                pass
-            self.network = None
+        discard(self.container, self.network)
+        self.container = self.network = None
         if self.confdir:
             shutil.rmtree(self.confdir, ignore_errors=True)
             self.confdir = None
+
+
+def discard(container: Any = None, network: Any = None) -> None:
+    """Remove a container, then its network; best effort (both carry labels that
+    a later cleanup finds)."""
+    try:
+        if container is not None:
+            container.remove(force=True)
+    except Exception:  # noqa: BLE001 - best effort; labelled for cleanup
+        pass
+    try:
+        if network is not None:
+            network.remove()
+    except Exception:  # noqa: BLE001
+        pass

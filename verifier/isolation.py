@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -241,6 +241,14 @@ class _Output:
     def tails(self) -> tuple[str, str]:
         return "".join(self.out)[-TAIL_CHARS:], "".join(self.err)[-TAIL_CHARS:]
 
+    def wait_ready(self, timeout_s: float, running: Callable[[], bool]) -> float | None:
+        """Seconds from the start to the ready pattern; None when it did not show
+        within ``timeout_s`` or the command ended first."""
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline and self.ready_at is None and running():
+            self.ready.wait(0.02)
+        return self.ready_at
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -312,10 +320,7 @@ class ProcessHandle:
             sink(chunk)
 
     def wait_ready(self, timeout_s: float) -> float | None:
-        deadline = time.perf_counter() + timeout_s
-        while time.perf_counter() < deadline and self.output.ready_at is None and self.running():
-            self.output.ready.wait(0.02)
-        return self.output.ready_at
+        return self.output.wait_ready(timeout_s, self.running)
 
     def running(self) -> bool:
         return self.status is None and self._poll(block=False) is None
@@ -741,10 +746,7 @@ class ContainerHandle:
                 self.sw[pid] = (max(v, old[0]), max(i, old[1]))
 
     def wait_ready(self, timeout_s: float) -> float | None:
-        deadline = time.perf_counter() + timeout_s
-        while time.perf_counter() < deadline and self.output.ready_at is None and self.running():
-            self.output.ready.wait(0.02)
-        return self.output.ready_at
+        return self.output.wait_ready(timeout_s, self.running)
 
     def wait(self) -> CommandResult:
         deadline = self.t0 + self.job.timeout_s

@@ -368,7 +368,6 @@ def huber_location(
         raise ValueError("a location needs at least 2 pairs")
     med = float(np.median(d))
     mad = 1.4826 * float(np.median(np.abs(d - med)))
-    pool = prior_sd is not None and prior_df > 0 and prior_sd > 0
     scale = mad if mad > 0 else float(np.std(d, ddof=1))
     lim = c * scale if scale > 0 else math.inf
     centre = med
@@ -381,20 +380,17 @@ def huber_location(
     inside = max(float(np.mean(np.abs(r) <= lim)), 0.5)
     own = float(np.std(psi, ddof=1)) / inside
     df = float(max(n * inside - 1, 1))  # clipped pairs carry no spread information
-    sd = own
-    if pool and n > 2 and own**2 > prior_sd**2 * _st.f.isf(PRIOR_F, df, prior_df):
-        pool = False  # noisier than at calibration (a neighbour came?): own spread only
-    if pool:
-        sd = math.sqrt((df * own**2 + prior_df * prior_sd**2) / (df + prior_df))
-        df += prior_df
+    sd, df = _pool(own, df, prior_sd, prior_df, check=n > 2)
     return Location(centre, sd / math.sqrt(n), df, sd, int(np.sum(np.abs(r) > lim)))
 
 
-def _pool(own: float, df: float, prior_sd: float | None, prior_df: int) -> tuple[float, float]:
-    """(spread, df): ``own`` pooled with the calibration's unless clearly noisier."""
+def _pool(own: float, df: float, prior_sd: float | None, prior_df: int,
+          *, check: bool = True) -> tuple[float, float]:
+    """(spread, df): ``own`` pooled with the calibration's unless (``check``) an
+    F test finds it clearly noisier."""
     if prior_sd is None or prior_df <= 0 or prior_sd <= 0 or df < 1:
         return own, df
-    if own**2 > prior_sd**2 * _st.f.isf(PRIOR_F, df, prior_df):
+    if check and own**2 > prior_sd**2 * _st.f.isf(PRIOR_F, df, prior_df):
         return own, df  # noisier than at calibration (a neighbour came?): own spread only
     return math.sqrt((df * own**2 + prior_df * prior_sd**2) / (df + prior_df)), df + prior_df
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot import obs, render
-from bot.context import Context, task_lane
+from bot import render
+from bot.context import Context, our_candidate_pr, task_lane
 from bot.status import refresh_status
 
 EVENTS = ("pull_request.closed",)
@@ -25,14 +25,10 @@ def handle(ctx: Context, event: Any) -> str:
     head = (pr.get("head") or {}).get("ref") or ""
     if not repo or not number or not head.startswith("rsi/"):
         return "ignored: not an rsi branch"
-    found = ctx.store.candidate_by_pr(repo, int(number))
-    if found is None:
-        return "ignored: not one of our candidates"
+    found = our_candidate_pr(ctx, repo, pr, number)
+    if isinstance(found, str):
+        return found
     task, cand = found
-    obs.bind_task(task.id)
-    author = (pr.get("user") or {}).get("login")
-    if author and not ctx.is_us(author):
-        return f"ignored: PR opened by {author}, not by us"
     if not pr.get("merged"):
         ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation, state="closed")
         refresh_status(ctx, task.id)

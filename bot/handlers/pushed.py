@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bot import checks, obs
-from bot.context import TRUSTED_ROLES, Context, sender_of
+from bot import checks
+from bot.context import TRUSTED_ROLES, Context, our_candidate_pr, sender_of
 
 EVENTS = ("pull_request.synchronize",)
 
@@ -31,14 +31,10 @@ def handle(ctx: Context, event: Any) -> str:
     login, kind = sender_of(p)
     if kind == "Bot" or ctx.is_us(login):
         return "ignored: our own push"
-    found = ctx.store.candidate_by_pr(repo, int(number))
-    if found is None:
-        return "ignored: not one of our candidates"
+    found = our_candidate_pr(ctx, repo, pr, number)
+    if isinstance(found, str):
+        return found
     task, cand = found
-    obs.bind_task(task.id)
-    author = (pr.get("user") or {}).get("login")
-    if author and not ctx.is_us(author):
-        return f"ignored: PR opened by {author}, not by us"
     if cand.state not in ("open", "conflict"):
         return f"ignored: candidate {cand.n} is {cand.state}"
     role = ctx.gh.collaborator_role(repo, login)

@@ -17,6 +17,7 @@ names in :data:`FIELDS`; any other brace is left as written.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterable
@@ -72,6 +73,16 @@ def _quality_line(q: dict) -> str:
     return f"- {what} numerically close to the baseline's ({q.get('dtype') or 'per-dtype'} tolerance)"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _one_line(text: str | None, max_len: int = 300) -> str:
+    """Text from the ledger that a candidate or an agent shaped (a hypothesis, an
+    error's output tail) as one plain line: no control or bidi characters, cut."""
+    s = " ".join(_CONTROL.sub(" ", text or "").split())
+    return s if len(s) <= max_len else s[: max_len - 1] + "…"
+
+
 def ledger_digest(records: Iterable[LedgerRecord], task_id: str, *, limit: int = 15) -> str:
     recs = [r for r in records if r.event == "candidate"]
     kept = [r for r in recs if r.status == "kept" or (r.decision == "accept" and r.status == "merged")]
@@ -82,7 +93,9 @@ def ledger_digest(records: Iterable[LedgerRecord], task_id: str, *, limit: int =
 
     def who(r: LedgerRecord) -> str:
         tag = f"{r.task}#{r.candidate}" if r.task != task_id else f"#{r.candidate}"
-        return f"{tag} \"{r.hypothesis or '(no hypothesis)'}\""
+        # an earlier agent's words: one JSON-quoted line that cannot close its
+        # quote, start a heading or pose as this file's instructions
+        return f"{tag} {json.dumps(_one_line(r.hypothesis or '(no hypothesis)'), ensure_ascii=False)}"
 
     lines.append("### Kept (already in the baseline)")
     if kept:
@@ -104,14 +117,14 @@ def ledger_digest(records: Iterable[LedgerRecord], task_id: str, *, limit: int =
     lines.append("### Rejected: do not try these again")
     if failed:
         for r in failed[-limit:]:
-            lines.append(f"- {who(r)}: {r.decision}: {r.reason}")
+            lines.append(f"- {who(r)}: {r.decision}: {_one_line(r.reason)}")
     else:
         lines.append("- nothing yet")
     if errors:
         lines.append("")
         lines.append("### Failed to run (infrastructure or a crash; fixing the cause may help)")
         for r in errors[-5:]:
-            lines.append(f"- {who(r)}: {r.reason}")
+            lines.append(f"- {who(r)}: {_one_line(r.reason)}")
     return "\n".join(lines)
 
 

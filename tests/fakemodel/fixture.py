@@ -22,6 +22,7 @@ import httpx
 
 from harness import sandbox
 from harness.agents.hostlibs import lib_mounts
+from harness.egress import discard
 
 HOST = "model.rsi.test"
 PORT = 8000
@@ -117,18 +118,8 @@ class FakeModel:
         return [r for r in seen if model is None or r["model"] == model]
 
     def close(self) -> None:
-        if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except Exception:  # noqa: BLE001 - labelled for cleanup
-                pass
-            self.container = None
-        if self.network is not None:
-            try:
-                self.network.remove()
-            except Exception:  # noqa: BLE001
-                pass
-            self.network = None
+        discard(self.container, self.network)
+        self.container = self.network = None
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
