@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from verifier.calibrate import Calibration  # noqa: E402
 from verifier.config import VerifierSettings  # noqa: E402
-from verifier.judge import PERCENTILE_BOOT  # noqa: E402
+from verifier.guards import PERCENTILE_BOOT  # noqa: E402
 from verifier.stats import (  # noqa: E402
     Design,
     bound_status,

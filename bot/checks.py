@@ -6,7 +6,7 @@ One check run per heavy job and commit (:class:`bot.store.LiveCheck`):
   with "round i/N, pairs so far" while the rounds run, completed with a summary
   of the run (each candidate then gets its own completed check on its PR head);
 * ``reverify`` (``/rsi rerun``, the Re-run button, a push to a bot PR): on the
-  candidate's head, completed with the verdict by :func:`bot.jobs.apply_reverify`.
+  candidate's head, completed with the verdict by :func:`bot.tasks.reverify.apply_reverify`.
 
 A check is created ``queued`` when its job is queued (or dispatched to Actions,
 then with the Actions run as its details URL), marked ``in_progress`` when a
@@ -27,6 +27,7 @@ from bot import render
 from bot.context import Context, task_lane
 from bot.gh import GitHubError
 from bot.store import LiveCheck, Task
+from bot.vocab import JobKind
 
 log = logging.getLogger("rsi.bot.checks")
 
@@ -56,9 +57,13 @@ def queue_job(ctx: Context, task: Task, kind: str, payload: dict[str, Any], *, k
     Returns the job id, or None when a job with this key was already queued."""
     job_id = ctx.store.enqueue(kind, payload, lane=task_lane(task.id), key=key)
     if job_id is not None:
-        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n,
-                   what="the task's rounds" if kind == "run_task" else "re-verification")
+        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(kind))
     return job_id
+
+
+def _what(kind: str) -> str:
+    """The job in the words of its check's title."""
+    return "the task's rounds" if kind == JobKind.RUN_TASK else "re-verification"
 
 
 def open_check(ctx: Context, task: Task, *, job_id: int | None, head_sha: str | None,
@@ -95,8 +100,7 @@ def ensure(ctx: Context, task: Task, job_id: int, kind: str, *, head_sha: str | 
     checks = ctx.store.live_checks(job_id=job_id)
     if checks:
         return checks
-    what = "the task's rounds" if kind == "run_task" else "re-verification"
-    c = open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=what)
+    c = open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(kind))
     return [c] if c else []
 
 

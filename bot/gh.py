@@ -21,14 +21,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 ROLES = ("admin", "maintain", "write", "triage", "read", "none")
-Role = Literal["admin", "maintain", "write", "triage", "read", "none"]
-CheckStatus = Literal["queued", "in_progress", "completed"]
-CheckConclusion = Literal["success", "failure", "neutral", "cancelled", "skipped", "timed_out",
-                          "action_required"]
-ReactionContent = Literal["+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"]
 
 VERIFIER_CHECK = "rsi/verifier"
 
@@ -323,18 +318,6 @@ class PyGithubPort:
                  base_url: str | None = None, **kw: Any) -> PyGithubPort:
         return cls(app_id=app_id, private_key=private_key, installation_id=installation_id,
                    base_url=base_url, **kw)
-
-    @classmethod
-    def from_settings(cls, settings: Any, **kw: Any) -> PyGithubPort:
-        """From the bot's settings (`github_api_url`, `github_token` or `github_app_id` +
-        `github_private_key`, optional `github_installation_id`); `kw` as for __init__
-        (tests pass `throttle=False, retry=None`)."""
-        base_url = getattr(settings, "github_api_url", None)
-        if getattr(settings, "github_app_id", None) is not None:
-            return cls.from_app(settings.github_app_id, settings.github_private_key,
-                                installation_id=getattr(settings, "github_installation_id", None),
-                                base_url=base_url, **kw)
-        return cls.from_token(settings.github_token, base_url=base_url, **kw)
 
     def close(self) -> None:
         for client in [*self._clients.values(), *self._lazy.values()]:

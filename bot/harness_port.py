@@ -1,25 +1,37 @@
-"""The bot's narrow port to the harness (the loop that runs agents and the verifier).
+"""The bot's narrow, typed port to the harness.
 
-``RealHarness`` calls ``harness.spec`` and ``harness.loop`` (imported lazily:
-the web process never needs them); tests pass a fake with the same methods.
-Loop events are read through :func:`event_view`, which accepts the harness's
-``LoopEvent`` (pydantic or dataclass) or a plain dict.
+Everything the bot needs of the harness goes through :class:`HarnessPort`:
+building a task (``harness.spec``), running and re-judging it
+(``harness.loop``), and reading what the loop recorded (the ledger on
+``rsi/ledger``, the run's spending in ``state.json``). ``RealHarness`` calls
+the harness in-process, importing it lazily (the web process never needs the
+loop); tests pass a fake with the same methods.
+
+The loop's events are ``harness.events.LoopEvent`` (typed, keyed on
+``kind``); results are ``TaskResult``, ``RebaselineResult`` and the
+verifier's ``Verdict``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from harness.spec import SpecError  # noqa: F401  (re-exported: handlers catch it)
-from verifier.verdict import Verdict
+
+if TYPE_CHECKING:
+    from harness.events import LoopEvent
+    from harness.ledger import LedgerRecord, Usage
+    from harness.loop import RebaselineResult, TaskResult
+    from harness.spec import TaskSpec
+    from verifier.verdict import Verdict
 
 
 class HarnessPort(Protocol):
     def build_task(self, config_text: str, proposal_body: str | None, task_id: str, *,
-                   title: str = "", repo_files: set[str] | None = None) -> Any:
-        """A TaskSpec, or ``SpecError(errors)``."""
+                   title: str = "", repo_files: set[str] | None = None) -> TaskSpec:
+        """The task, or ``SpecError(errors)``."""
         ...
 
     def load_config(self, repo: Path, ref: str | None = None) -> str:
@@ -28,14 +40,22 @@ class HarnessPort(Protocol):
 
     def repo_files(self, repo: Path, ref: str | None = None) -> set[str]: ...
 
-    def run_task(self, repo: Path, spec: Any, *, state_dir: Path, keep: str,
+    def run_task(self, repo: Path, spec: TaskSpec, *, state_dir: Path, keep: str,
                  rounds: int | None, should_stop: Callable[[], bool],
-                 on_event: Callable[[Any], None]) -> Any: ...
+                 on_event: Callable[[LoopEvent], None]) -> TaskResult: ...
 
-    def rebaseline(self, repo: Path, spec: Any, ref: str, *, state_dir: Path,
-                   on_event: Callable[[Any], None] | None = None) -> Any: ...
+    def rebaseline(self, repo: Path, spec: TaskSpec, ref: str, *, state_dir: Path,
+                   on_event: Callable[[LoopEvent], None] | None = None) -> RebaselineResult: ...
 
-    def reverify(self, repo: Path, spec: Any, branch: str, *, state_dir: Path) -> Verdict: ...
+    def reverify(self, repo: Path, spec: TaskSpec, branch: str, *, state_dir: Path) -> Verdict: ...
+
+    def ledger(self, repo: Path, task_id: str) -> list[LedgerRecord]:
+        """The task's records on ``rsi/ledger`` of a local clone (oldest first)."""
+        ...
+
+    def spent(self, state_dir: Path) -> tuple[Usage, dict[str, float | int | None]] | None:
+        """(what the task's rounds used, its limits) from its loop state; None before a run."""
+        ...
 
 
 class RealHarness:
@@ -73,49 +93,16 @@ class RealHarness:
 
         return loop.reverify(repo, spec, branch, state_dir=state_dir)
 
+    def ledger(self, repo, task_id):
+        from harness.ledger import Ledger
 
-@dataclass
-class EventView:
-    """A loop event, flattened: ``kind`` plus whatever fields it carries."""
+        return Ledger(repo).records(task=task_id)
 
-    kind: str
-    data: dict[str, Any] = field(default_factory=dict)
+    def spent(self, state_dir):
+        from harness.loop import load_state
 
-    def get(self, *names: str, default: Any = None) -> Any:
-        for n in names:
-            if n in self.data and self.data[n] is not None:
-                return self.data[n]
-            # one level down (e.g. event.data / event.payload / event.record)
-            for inner in ("data", "payload", "record"):
-                sub = self.data.get(inner)
-                if isinstance(sub, dict) and sub.get(n) is not None:
-                    return sub[n]
-        return default
-
-    @property
-    def verdict(self) -> Verdict | None:
-        v = self.get("verdict")
-        if v is None or isinstance(v, Verdict):
-            return v
-        if isinstance(v, str):
-            return Verdict.from_json(v)
-        if isinstance(v, dict):
-            return Verdict.model_validate(v)
-        return None
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        # keep nested verdicts as objects: dump shallowly
-        return {k: getattr(obj, k) for k in type(obj).model_fields}
-    if hasattr(obj, "__dataclass_fields__"):
-        return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
-    if isinstance(obj, dict):
-        return dict(obj)
-    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
-
-
-def event_view(ev: Any) -> EventView:
-    data = _plain(ev)
-    kind = data.get("kind") or data.get("type") or data.get("event") or ""
-    return EventView(kind=str(kind), data=data)
+        try:
+            st = load_state(state_dir)
+        except (OSError, ValueError):
+            return None
+        return (st.spent, dict(st.budget)) if st is not None else None

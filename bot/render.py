@@ -14,6 +14,14 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from bot.vocab import (
+    KEPT,
+    LEDGER_STATUS,
+    TASK_CONCLUSIONS,
+    TASK_STATE_WORDS,
+    CandidateState,
+    decision_style,
+)
 from harness.report import HistoryPoint, ReportLinks, headline, render_markdown_report
 from harness.text import fenced, inert
 from verifier.verdict import Verdict
@@ -23,25 +31,6 @@ CHECK_SUMMARY_LIMIT = 65535
 MARKER_RX = re.compile(r"<!-- rsi-bot:([a-z0-9:_-]+) -->")
 STATUS = "status"  # the issue's sticky status comment
 REPORT = "report"  # the PR's sticky verifier report
-
-DECISION_WORDS = {
-    "accept": ("✅", "accepted"),
-    "review": ("🔍", "needs a human review"),
-    "reject": ("❌", "rejected"),
-    "inconclusive": ("➖", "inconclusive"),
-    "error": ("⚠️", "not judged: infrastructure error"),
-}
-
-# Check run conclusions: an inconclusive result or an infrastructure error is
-# never a failure of the change.
-CONCLUSIONS = {
-    "accept": "success",
-    "reject": "failure",
-    "review": "neutral",
-    "inconclusive": "neutral",
-    "error": "neutral",
-}
-
 
 def marker(kind: str) -> str:
     """The hidden marker that identifies one of our sticky comments."""
@@ -75,8 +64,13 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v * 100:+.1f}%"
 
 
-def _short(sha: str | None) -> str:
-    return re.sub(r"[^0-9a-fA-F]", "", sha or "")[:10] or "?"
+SHORT_SHA = 12
+
+
+def short_sha(sha: str | None) -> str:
+    """The first 12 hex digits of a commit id (anything else dropped), or ``?``."""
+    return re.sub(r"[^0-9a-fA-F]", "", sha or "")[:SHORT_SHA] or "?"
+
 
 
 # --------------------------------------------------------------------- report
@@ -117,8 +111,6 @@ def candidate_history(candidates: Iterable[Any]) -> list[HistoryPoint]:
     """Chart points from stored candidates (``n``, ``state``, ``decision``,
     ``verdict`` dict, ``hypothesis``): each one's gain vs the Bk of its own
     session, kept (a PR: open, merged) or rolled back."""
-    status_of = {"open": "open", "merged": "merged", "conflict": "conflict", "closed": "rolled_back",
-                 "none": "rolled_back", "pending": "open"}
     out = []
     for c in candidates:
         o = (c.verdict or {}).get("objective") or {}
@@ -128,7 +120,7 @@ def candidate_history(candidates: Iterable[Any]) -> list[HistoryPoint]:
             label=f"#{int(c.n)}", value=None, bk=None, decision=c.decision,
             hypothesis=c.hypothesis or "", gain=gain if isinstance(gain, (int, float)) else None,
             gain_low=ci.get("low"), gain_high=ci.get("high"),
-            status=status_of.get(c.state, "rolled_back"), sha=c.sha or ""))
+            status=LEDGER_STATUS.get(c.state, "rolled_back"), sha=c.sha or ""))
     return out
 
 
@@ -137,12 +129,12 @@ def candidate_history(candidates: Iterable[Any]) -> list[HistoryPoint]:
 
 def check_run(v: Verdict, *, note: str = "", links: ReportLinks | None = None) -> dict[str, Any]:
     """Arguments for ``GitHubPort.create_check_run`` (name and head sha added by the caller)."""
-    icon, word = DECISION_WORDS.get(v.decision, ("", v.decision))
-    title = inert(f"{word}: {v.reason}", plain=True, max_len=200)
+    style = decision_style(v.decision)
+    title = inert(f"{style.words}: {v.reason}", plain=True, max_len=200)
     note = note.rstrip() + "\n\n" if note else ""
     summary = note + report_markdown(v, max_chars=CHECK_SUMMARY_LIMIT - len(note) - 64,
                                      links=links)
-    return {"conclusion": CONCLUSIONS.get(v.decision, "neutral"), "title": title,
+    return {"conclusion": style.conclusion, "title": title,
             "summary": truncate(summary, CHECK_SUMMARY_LIMIT)}
 
 
@@ -194,22 +186,18 @@ def check_progress(text: str) -> dict[str, str]:
                                            "with the verifier's report."}
 
 
-TASK_CONCLUSIONS = {"finished": "success", "stopped": "cancelled", "paused": "neutral",
-                    "refused": "neutral", "invalid": "neutral", "failed": "neutral"}
-
-
 def task_check(state: str, *, rounds_done: int, budget: int | None,
                candidates: Sequence[Any]) -> dict[str, str]:
     """The completed check of a task's run: how many rounds, what was kept."""
-    kept = [c for c in candidates if c.state in ("pending", "open", "merged", "conflict")]
-    word = STATE_WORDS.get(state, inert(state, plain=True))
+    kept = [c for c in candidates if c.state in KEPT]
+    word = TASK_STATE_WORDS.get(state, inert(state, plain=True))
     rounds = f"{rounds_done} round(s)" + (f" of {budget}" if budget is not None else "")
     title = f"{word}: {rounds}, {len(candidates)} candidate(s), {len(kept)} kept"
     lines = [title, ""]
     for c in candidates:
-        icon, w = DECISION_WORDS.get(c.decision, ("", c.decision))
+        style = decision_style(c.decision)
         pr = f" (#{int(c.pr_number)})" if c.pr_number else ""
-        lines.append(f"- candidate {int(c.n)}: {icon} {w}{pr}")
+        lines.append(f"- candidate {int(c.n)}: {style.emoji} {style.words}{pr}")
     lines += ["", "Each kept candidate has its own draft PR, report and `rsi/verifier` check."]
     return {"conclusion": TASK_CONCLUSIONS.get(state, "neutral"), "title": title[:200],
             "summary": truncate("\n".join(lines), CHECK_SUMMARY_LIMIT)}
@@ -245,21 +233,6 @@ def task_summary(spec: Any) -> str:
     return "\n".join(lines)
 
 
-STATE_WORDS = {
-    "queued": "⏳ queued",
-    "invalid": "🛑 the proposal has problems",
-    "refused": "🛑 refused",
-    "baseline": "📏 measuring the baseline",
-    "running": "🏃 running rounds",
-    "stopping": "⏸️ stopping after the current step",
-    "stopped": "⏸️ stopped (`/rsi resume` continues)",
-    "rebaselining": "📏 measuring the new baseline",
-    "finished": "🏁 finished",
-    "failed": "⚠️ failed (infrastructure)",
-    "superseded": "↪️ superseded by a newer trigger",
-}
-
-
 def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
                    candidates: Iterable[Any] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
@@ -268,7 +241,7 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
     """The issue's sticky status comment. ``note`` is the bot's own text (callers
     pass untrusted parts through ``inert``); ``errors`` are escaped here;
     ``edit``: (approved body, edited body) of an edit not approved yet."""
-    lines = [f"## rsi: {STATE_WORDS.get(inert(state), inert(state))}", ""]
+    lines = [f"## rsi: {TASK_STATE_WORDS.get(inert(state), inert(state))}", ""]
     if note:
         lines += [note, ""]
     if edit is not None:
@@ -281,7 +254,7 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
     if summary:
         lines += ["**Task**", "", summary, ""]
     if b0 or bk:
-        lines += [f"B0 `{_short(b0)}` · Bk `{_short(bk)}`", ""]
+        lines += [f"B0 `{short_sha(b0)}` · Bk `{short_sha(bk)}`", ""]
     if budget is not None or rounds_done:
         lines += [f"Rounds: {rounds_done}" + (f" of {budget}" if budget is not None else ""), ""]
     if usage:  # rsi-agents: the agent's model usage and the task's spending budget
@@ -290,12 +263,12 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
     if cands:
         lines += ["| # | verdict | hypothesis | PR |", "| --- | --- | --- | --- |"]
         for c in cands:
-            icon, word = DECISION_WORDS.get(c.decision, ("", c.decision))
+            style = decision_style(c.decision)
             pr = f"#{c.pr_number}" if c.pr_number else "—"
-            if c.state in ("merged", "closed", "conflict"):
+            if c.state in (CandidateState.MERGED, CandidateState.CLOSED, CandidateState.CONFLICT):
                 pr += f" ({c.state})"
             hyp = inert(c.hypothesis or "", one_line=True, max_len=120)
-            lines.append(f"| {c.n} | {icon} {word} | {hyp} | {pr} |")
+            lines.append(f"| {c.n} | {style.emoji} {style.words} | {hyp} | {pr} |")
         lines.append("")
     lines.append("_Commands: `/rsi status`, `/rsi stop`, `/rsi resume`, `/rsi budget N`, "
                  "`/rsi rebaseline`, `/rsi help`; on a PR: `/rsi rerun`._")
@@ -398,4 +371,4 @@ def conflict_note(merged_pr: int | None, detail: str) -> str:
 
 def reverified_note(bk: str | None, merged_pr: int | None = None) -> str:
     why = f" after #{merged_pr} merged" if merged_pr else ""
-    return f"🔁 Re-verified against Bk `{_short(bk)}`{why}."
+    return f"🔁 Re-verified against Bk `{short_sha(bk)}`{why}."

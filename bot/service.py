@@ -9,15 +9,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bot import handlers, jobs, obs
+from bot import obs
 from bot.app import create_app
 from bot.context import Context
-from bot.executors import HEAVY, Executor, make_executor
+from bot.executors import Executor, make_executor
 from bot.gh import GitHubPort, PyGithubPort
 from bot.harness_port import HarnessPort, RealHarness
 from bot.settings import Settings
 from bot.store import Store
-from bot.webhook import Event
+from bot.tasks import JOBS
+from bot.vocab import JobKind, TaskState
 from bot.worker import Handler, JobRun, Permanent, WorkerPool
 
 log = logging.getLogger("rsi.bot")
@@ -40,28 +41,16 @@ def build_context(settings: Settings, *, store: Store | None = None,
 
 
 def job_handler(ctx: Context, executor: Executor | None = None) -> Handler:
-    """What a worker does with each job kind."""
+    """What a worker does with each job kind (:data:`bot.tasks.JOBS`): heavy jobs
+    through the executor, the others here."""
     executor = executor or make_executor(ctx.settings.executor)
 
     def handle(run: JobRun) -> Any:
         with obs.job_context(run.job):  # ids on every log line, duration histogram
-            return _handle(run)
-
-    def _handle(run: JobRun) -> Any:
-        kind = run.job.kind
-        if kind == "event":
-            d = ctx.store.delivery(run.payload["delivery_id"])
-            if d is None:
-                raise Permanent(f"delivery {run.payload['delivery_id']} is missing")
-            obs.bind_delivery(d.id, f"{d.event}.{d.action}" if d.action else d.event)
-            outcome = handlers.route(ctx, Event(d.event, d.action, d.id, d.payload or {}))
-            log.info("event handled", extra={"outcome": str(outcome)[:300]})
-            return outcome
-        if kind == "publish":
-            return jobs.publish(ctx, run)
-        if kind in HEAVY:
-            return executor.run(ctx, run)
-        raise Permanent(f"unknown job kind {kind!r}")
+            job = JOBS.get(run.job.kind)
+            if job is None:
+                raise Permanent(f"unknown job kind {run.job.kind!r}")
+            return executor.run(ctx, run) if job.heavy else job.run(ctx, run)
 
     return handle
 
@@ -77,8 +66,8 @@ def job_failed(ctx: Context):
         from bot.status import refresh_status
 
         last = (error.strip().splitlines() or ["unknown error"])[-1][:300]
-        if job.kind in ("run_task", "rebaseline"):
-            ctx.store.update_task(task_id, state="failed")
+        if job.kind in (JobKind.RUN_TASK, JobKind.REBASELINE):
+            ctx.store.update_task(task_id, state=TaskState.FAILED)
         refresh_status(ctx, task_id, note=(
             f"⚠️ The `{job.kind}` job failed after {job.attempts} attempt(s): "
             f"{render.inert(last, one_line=True)}. This is "

@@ -6,20 +6,19 @@ from typing import Sequence
 
 from bot import render, sticky
 from bot.context import Context
+from bot.store import Task
 
 
-def task_usage(ctx: Context, t) -> dict | None:
-    """The loop state's ``spent`` and ``budget`` of a task's current run, or None."""
-    from harness.loop import load_state
-
-    try:
-        st = load_state(ctx.harness_dir(t.repo, t.issue, t.generation))
-    except Exception:  # noqa: BLE001 - no state yet, or one from an older version: no usage line
+def task_usage(ctx: Context, t: Task) -> dict | None:
+    """The ``spent`` and ``budget`` of a task's current run (through the harness
+    port), or None: no run yet, or nothing spent and no spending limit."""
+    got = ctx.harness.spent(ctx.harness_dir(t.repo, t.issue, t.generation))
+    if got is None:
         return None
-    if st is None or not (st.spent.calls or st.spent.tokens or st.budget.get("max_tokens")
-                          or st.budget.get("max_cost_usd")):
+    spent, budget = got
+    if not (spent.calls or spent.tokens or budget.get("max_tokens") or budget.get("max_cost_usd")):
         return None
-    return {"spent": st.spent.model_dump(), "budget": dict(st.budget)}
+    return {"spent": spent.model_dump(), "budget": dict(budget)}
 
 
 def refresh_status(ctx: Context, task_id: int, *, note: str = "",

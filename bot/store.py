@@ -50,6 +50,7 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
     or_,
     select,
     text,
@@ -58,6 +59,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
+
+from bot.vocab import CandidateState, JobKind, TaskState
 
 JOB_STATES = ("queued", "running", "done", "failed")
 
@@ -142,7 +145,7 @@ class Task(Base):
     repo: Mapped[str] = mapped_column(String(300))
     issue: Mapped[int] = mapped_column(Integer)
     generation: Mapped[int] = mapped_column(Integer, default=1)
-    state: Mapped[str] = mapped_column(String(30), default="queued")
+    state: Mapped[str] = mapped_column(String(30), default=TaskState.QUEUED)  # a TaskState
     labeler: Mapped[str | None] = mapped_column(String(200), nullable=True)
     trigger: Mapped[str | None] = mapped_column(String(200), nullable=True)
     installation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -172,9 +175,11 @@ class Candidate(Base):
     decision: Mapped[str] = mapped_column(String(20))
     verdict: Mapped[Any] = mapped_column(JSON, nullable=True)
     hypothesis: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # none (not kept) | open (draft PR) | merged | closed | conflict
-    state: Mapped[str] = mapped_column(String(20), default="none")
+    state: Mapped[str] = mapped_column(String(20), default=CandidateState.NONE)  # a CandidateState
     pr_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    round: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The loop's round that made it (None for rows stored before it was kept)."""
+    agent: Mapped[str | None] = mapped_column(String(200), nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
 
 
@@ -260,6 +265,26 @@ class Store:
         self._wlock = threading.Lock() if self.sqlite else None
         if create:
             Base.metadata.create_all(self.engine)
+            self._add_new_columns()
+
+    def _add_new_columns(self) -> None:
+        """Add the nullable columns a newer version declares to tables an older
+        version created (``create_all`` never alters an existing table)."""
+        quote = self.engine.dialect.identifier_preparer.quote
+        exists = "" if self.sqlite else "IF NOT EXISTS "  # concurrent starts on PostgreSQL
+        with self.engine.begin() as conn:
+            have = inspect(conn)
+            for table in Base.metadata.sorted_tables:
+                names = {c["name"] for c in have.get_columns(table.name)}
+                for col in table.columns:
+                    if col.name in names:
+                        continue
+                    if not col.nullable:
+                        raise RuntimeError(f"{table.name}.{col.name} is missing and not nullable:"
+                                           " this database needs a migration by hand")
+                    conn.exec_driver_sql(
+                        f"ALTER TABLE {quote(table.name)} ADD COLUMN {exists}{quote(col.name)} "
+                        f"{col.type.compile(self.engine.dialect)}")
 
     def _sqlite_pragmas(self) -> None:
         @event.listens_for(self.engine, "connect")
@@ -356,7 +381,7 @@ class Store:
                 else {x for x in [conn.execute(self._ins_delivery, rows[0]).scalar()] if x}
             if not claimed:
                 return [None] * len(items)
-            jobs = [{"kind": "event", "payload": {"delivery_id": d}, "state": "queued",
+            jobs = [{"kind": JobKind.EVENT, "payload": {"delivery_id": d}, "state": "queued",
                      "lane": None, "key": f"event:{d}", "attempts": 0, "max_attempts": self.max_attempts,
                      "next_run_at": now, "lease_owner": None, "lease_until": None,
                      "created_at": now, "updated_at": now, "last_error": None, "result": None}
@@ -549,7 +574,7 @@ class Store:
         with self.tx() as s:
             task = s.scalar(select(Task).where(Task.repo == repo, Task.issue == issue))
             if task is None:
-                task = Task(repo=repo, issue=issue, generation=1, state="queued",
+                task = Task(repo=repo, issue=issue, generation=1, state=TaskState.QUEUED,
                             labeler=labeler, installation_id=installation_id, stop=False,
                             rounds_done=0, trigger=trigger, created_at=now, updated_at=now)
                 s.add(task)
@@ -558,7 +583,7 @@ class Store:
             else:
                 task.trigger = trigger
                 task.generation += 1
-                task.state = "queued"
+                task.state = TaskState.QUEUED
                 task.labeler = labeler
                 task.installation_id = installation_id or task.installation_id
                 task.stop = False
@@ -768,6 +793,3 @@ class Store:
         with self.tx() as s:
             return s.get(Installation, inst_id)
 
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)

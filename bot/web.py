@@ -42,6 +42,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from bot import render
 from bot.store import Candidate, Store, Task
+from bot.vocab import LEDGER_STATUS, TASK_STATE_WORDS, decision_style
 
 log = logging.getLogger("rsi.bot.web")
 COOKIE = "rsi_page"
@@ -281,7 +282,7 @@ def render_page(store: Store, task_id: int, web_root: str = "") -> str | None:
 
 
 def _header(t: Task, repo_url: str) -> str:
-    state = render.STATE_WORDS.get(t.state, t.state)
+    state = TASK_STATE_WORDS.get(t.state, t.state)
     rounds = f"{t.rounds_done}" + (f" of {t.budget}" if t.budget is not None else "")
     issue = (f'<a href="{_h(repo_url)}/issues/{int(t.issue)}">#{int(t.issue)}</a>' if repo_url
              else f"#{int(t.issue)}")
@@ -290,8 +291,8 @@ def _header(t: Task, repo_url: str) -> str:
             f'<p><span id="status" class="status {_h(t.state)}" data-state="{_h(t.state)}">'
             f"{_h(state)}</span></p>"
             f'<p class="muted">Rounds {_h(rounds)} · generation {int(t.generation)} · B0 '
-            f"<code>{_h(render._short(t.b0_sha))}</code> · Bk <code>{_h(render._short(t.bk_sha))}"
-            f"</code> · updated {_h(updated)}</p>"
+            f"<code>{_h(render.short_sha(t.b0_sha))}</code> · Bk "
+            f"<code>{_h(render.short_sha(t.bk_sha))}</code> · updated {_h(updated)}</p>"
             + (f"<h2>Task</h2>{summary_html(t.summary)}" if t.summary else ""))
 
 
@@ -323,30 +324,33 @@ def _candidates_table(cands: Sequence[Candidate], repo_url: str) -> str:
         return '<h2>Candidates</h2><p class="muted">No candidates yet.</p>'
     rows = []
     for c in cands:
-        icon, word = render.DECISION_WORDS.get(c.decision, ("", c.decision))
+        style = decision_style(c.decision)
         pr = "—"
         if c.pr_number:
             pr = (f'<a href="{_h(repo_url)}/pull/{int(c.pr_number)}">#{int(c.pr_number)}</a>'
                   if repo_url else f"#{int(c.pr_number)}")
         rows.append(f'<tr class="candidate" data-n="{int(c.n)}"><td>{int(c.n)}</td>'
-                    f"<td>{_h(icon)} {_h(word)}</td><td class=\"num\">{_h(_gain(c))}</td>"
+                    f"<td>{_h(style.emoji)} {_h(style.words)}</td>"
+                    f"<td class=\"num\">{_h(_gain(c))}</td>"
                     f"<td>{_h(c.state)}</td><td>{pr}</td><td>{_h(c.hypothesis or '')}</td>"
-                    f"<td><code>{_h(render._short(c.sha))}</code></td></tr>")
+                    f"<td><code>{_h(render.short_sha(c.sha))}</code></td></tr>")
     return ("<h2>Candidates</h2><table><thead><tr><th>#</th><th>verdict</th><th>gain vs Bk</th>"
             "<th>state</th><th>PR</th><th>hypothesis</th><th>sha</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
 
 
 def ledger_view(cands: Sequence[Candidate]) -> list[dict[str, Any]]:
-    """The task's ledger as the store holds it: one record per candidate."""
-    status = {"none": "rolled_back", "pending": "open", "closed": "rolled_back"}
+    """The task's ledger as the store holds it: one record per candidate (round
+    and agent are blank for candidates stored before the store kept them)."""
     out = []
     for c in cands:
         v = c.verdict or {}
         o = v.get("objective") or {}
-        out.append({"candidate": c.n, "round": "", "agent": "", "hypothesis": c.hypothesis or "",
+        out.append({"candidate": c.n, "round": c.round if c.round is not None else "",
+                    "agent": c.agent or "", "hypothesis": c.hypothesis or "",
                     "sha": c.sha or "", "decision": c.decision, "gain": o.get("gain"),
-                    "gain_vs_b0": o.get("gain_vs_b0"), "status": status.get(c.state, c.state),
+                    "gain_vs_b0": o.get("gain_vs_b0"),
+                    "status": LEDGER_STATUS.get(c.state, "rolled_back"),
                     "reason": v.get("reason", "")})
     return out
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from harness.spec import SpecError, TaskSpec
 
 app = typer.Typer(name="harness", help="The self-improvement loop.", no_args_is_help=True, add_completion=False)
 spec_app = typer.Typer(name="spec", help="Task specs: check a proposal against a repo config.", no_args_is_help=True)
@@ -60,7 +64,7 @@ def spec_check(
     _print_task(console, build_task(text, body, _task_id_from(issue), repo_files=files))
 
 
-def _print_spec_errors(repo: Path, exc: Exception, task: Path | None) -> None:
+def _print_spec_errors(repo: Path, exc: SpecError, task: Path | None) -> None:
     """Every error of ``load_task``, as file:line where the config causes it."""
     from harness.configcheck import config_problems
     from harness.spec import SpecError, load_repo_config
@@ -69,9 +73,8 @@ def _print_spec_errors(repo: Path, exc: Exception, task: Path | None) -> None:
         text = load_repo_config(repo)
     except SpecError:
         text = ""
-    errors = list(getattr(exc, "errors", [str(exc)]))
-    typer.echo(f"{len(errors)} problem(s):", err=True)
-    for e in errors:
+    typer.echo(f"{len(exc.errors)} problem(s):", err=True)
+    for e in exc.errors:
         blamed = task is not None and e.startswith("proposal")
         shown = f"{task}: {e}" if blamed else str(config_problems([e], text)[0]) if text else e
         typer.echo(f"  - {shown}", err=True)
@@ -86,15 +89,15 @@ def _note_uncommitted(repo: Path, text: str, working_tree: bool) -> None:
                    "which is what the bot reads; `rsi config check` checks the working tree")
 
 
-def _print_task(console, spec) -> None:
-    obj = spec.objective
+def _print_task(console, spec: TaskSpec) -> None:
     console.print(f"[green]ok[/green]: task {spec.task_id}", highlight=False)
     console.print(
-        f"  objective: {obj.get('metric')} of '{spec.benchmark_name}', min_gain {spec.min_gain:.1%}", highlight=False
+        f"  objective: {spec.verify.objective.metric} of '{spec.benchmark_name}', min_gain {spec.min_gain:.1%}",
+        highlight=False,
     )
-    console.print(f"  benchmark: {spec.benchmark.get('command') or spec.benchmark.get('serve')}",
+    console.print(f"  benchmark: {spec.benchmark.command or spec.benchmark.serve}",
                   markup=False, highlight=False)
-    for g in spec.guards:
+    for g in spec.config.get("guards", []):  # as written in the config and the proposal
         console.print(f"  guard: {g}", markup=False, highlight=False)
     console.print(
         f"  agent: {spec.agent.kind}, {spec.agent.rounds} rounds, keep={spec.agent.keep}; runner: {spec.runner.profile}",
@@ -119,7 +122,7 @@ def config_check(
         typer.echo(f"{len(errors)} problem(s) in {repo / CONFIG_PATH}", err=True)
         raise typer.Exit(1)
     spec = build_task((repo / CONFIG_PATH).read_text(), None, "config-check")
-    typer.echo(f"ok: {repo / CONFIG_PATH} (objective {spec.objective.get('metric')} of "
+    typer.echo(f"ok: {repo / CONFIG_PATH} (objective {spec.verify.objective.metric} of "
                f"'{spec.benchmark_name}', min_gain {spec.min_gain:g})")
 
 

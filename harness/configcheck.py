@@ -15,10 +15,9 @@ the proposal (the issue body).
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from harness.gitutil import git
 from harness.policy import paths_named_by

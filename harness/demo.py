@@ -31,14 +31,15 @@ import secrets
 import shutil
 import sys
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import typer
 
-from harness.gitutil import GitError, git
+from harness.gitutil import git
+from harness.tomlout import dump_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-tts"
@@ -100,26 +101,15 @@ class DemoResult:
 # ------------------------------------------------------------ preparation
 
 
+#: The commit identity of the demo's own (host-made) target repo, for ``harness.gitutil.git``.
 DEMO_IDENTITY = {"GIT_AUTHOR_NAME": "rsi demo", "GIT_AUTHOR_EMAIL": "demo@rsi-bot.invalid",
                  "GIT_COMMITTER_NAME": "rsi demo", "GIT_COMMITTER_EMAIL": "demo@rsi-bot.invalid"}
-
-
-def _git(cwd: Path, *args: str) -> str:
-    """git in the demo's own (host-made) target repo: ``harness.gitutil``'s
-    hardened call (clean environment, no hooks or fsmonitor), with the demo's
-    commit identity."""
-    try:
-        return git(cwd, *args, env=DEMO_IDENTITY)
-    except GitError as e:
-        raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {e.stderr.strip()}") from None
 
 
 def _with_overrides(config_text: str, overrides: dict[str, dict[str, Any]]) -> str:
     """The config with some tables' keys replaced (e.g. {"verifier": {"initial_pairs": 4}})."""
     if not overrides:
         return config_text
-    from harness.spec import dump_toml
-
     data = tomllib.loads(config_text)
     for table, values in overrides.items():
         data.setdefault(table, {}).update(values)
@@ -137,10 +127,10 @@ def prepare_target(target: Path, *, example: Path = EXAMPLE,
     shutil.copytree(example, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
     cfg = target / ".rsi" / "config.toml"
     cfg.write_text(_with_overrides(cfg.read_text(), overrides or {}))
-    _git(target, "init", "-q", "-b", "main")
-    _git(target, "add", "-A")
-    _git(target, "commit", "-q", "-m", "tiny-tts: import the example target")
-    return _git(target, "rev-parse", "HEAD")
+    git(target, "init", "-q", "-b", "main", env=DEMO_IDENTITY)
+    git(target, "add", "-A", env=DEMO_IDENTITY)
+    git(target, "commit", "-q", "-m", "tiny-tts: import the example target", env=DEMO_IDENTITY)
+    return git(target, "rev-parse", "HEAD", env=DEMO_IDENTITY)
 
 
 def _python_on_path() -> None:
@@ -257,7 +247,7 @@ class Display:
         from rich.panel import Panel
         from rich.table import Table
 
-        head = (f"[bold]{self.phase}[/bold]   B0 {self.b0[:10] or '?'}   Bk {self.bk[:10] or '?'}   "
+        head = (f"[bold]{self.phase}[/bold]   B0 {self.b0[:12] or '?'}   Bk {self.bk[:12] or '?'}   "
                 f"elapsed {time.monotonic() - self.t0:.0f} s")
         table = Table(expand=True, show_edge=False, pad_edge=False)
         for col, kw in (("#", {"width": 3}), ("agent", {"width": 7}), ("hypothesis", {"ratio": 3}),
@@ -279,22 +269,21 @@ class Display:
 
         kind = ev.kind
         if kind == "progress":
-            d = ev.data or {}
-            total, run = d.get("total"), d.get("run")
-            if isinstance(total, int) and isinstance(run, int) and total > 0:
+            total, run = ev.total, ev.run
+            if total is not None and run is not None and total > 0:
                 self.progress.update(self.bar, total=total, completed=run,
-                                     description=f"{d.get('phase', '')} {d.get('arm', '')}".strip())
+                                     description=f"{ev.phase} {ev.arm}".strip())
             elif ev.message:
-                if (d.get("phase") == "calibrate") or not self.since:
+                if ev.phase == "calibrate" or not self.since:
                     self.since = time.monotonic()
                 self.current = ev.message
             self._refresh()
             return
         if kind == "baseline":
             self.b0 = self.bk = ev.sha or self.b0
-            cal = (ev.data or {}).get("calibration") or {}
+            margin = ev.calibration.noise_margin if ev.calibration is not None else 0
             self.current, self.since = "", 0.0
-            self._log(ev.message + (f" (noise margin {cal.get('noise_margin', 0):.1%})" if cal.get("noise_margin") else ""))
+            self._log(ev.message + (f" (noise margin {margin:.1%})" if margin else ""))
         elif kind == "round_started":
             self.current = ev.message
             self.progress.update(self.bar, total=1, completed=0, description="agent")
@@ -309,19 +298,17 @@ class Display:
             self._log(ev.message)
         elif kind == "candidate":
             rec = ev.record
-            gain = getattr(rec, "gain", None)
-            g0 = getattr(rec, "gain_vs_b0", None)
-            decision = getattr(rec, "decision", "")
-            kept = " (kept)" if (ev.data or {}).get("status") == "kept" else ""
+            gain, g0, decision = rec.gain, rec.gain_vs_b0, rec.decision
+            kept = " (kept)" if ev.status == "kept" else ""
             row = {
-                "n": f"{ev.candidate}", "agent": getattr(rec, "agent", ""), "hyp": getattr(rec, "hypothesis", ""),
+                "n": f"{ev.candidate}", "agent": rec.agent, "hyp": rec.hypothesis,
                 "verdict": f"{EMOJI.get(decision, '')} {decision}{kept}",
                 "gain": f"{gain * 100:+.1f}%" if gain is not None else "-",
                 "gain0": f"{g0 * 100:+.1f}%" if g0 is not None else "-",
-                "reason": getattr(rec, "reason", ""),
+                "reason": rec.reason,
             }
             self.rows.append(row)
-            self.bk = (ev.data or {}).get("bk") or self.bk
+            self.bk = ev.bk or self.bk
             self.current, self.since = "", 0.0
             self._log(ev.message)
         else:

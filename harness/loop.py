@@ -34,7 +34,6 @@ candidate on top of it; ``reverify(branch)`` re-judges one.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import time
@@ -49,56 +48,38 @@ from harness.agents import Agent, AgentContext, AgentOutcome, make_agent
 from harness.agents.base import host_dir, write_host_file
 from harness.agents.taskmd import load_template, write_task_md
 from harness.agents.usage import budget_spent, round_usage
+from harness.events import (
+    AgentFinished,
+    BaselineMeasured,
+    CandidateRecorded,
+    Finished,
+    LoopEvent,
+    LoopStatus,
+    Paused,
+    Progress,
+    Rebaselined,
+    Refused,
+    Resumed,
+    Reverified,
+    ReverifyOutcome,
+    RoundStarted,
+    Stopped,
+    Verifying,
+)
 from harness.gitutil import GitError, git, git_ok, rev_parse
 from harness.ledger import Ledger, LedgerRecord, Usage
 from harness.policy import PolicyResult, check_diff
 from harness.spec import TaskSpec
 from harness.verification import VerifierBackend, calibration_ok, error_verdict, make_backend
 from harness.workspace import CandidateCommit, TreeExport, Workspace, candidate_branch
+from verifier.calibrate import Calibration
+from verifier.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
 STATE_SCHEMA = "rsi.loop-state/1"
 
-EventKind = Literal[
-    "resumed",
-    "baseline",
-    "refused",
-    "round_started",
-    "agent_finished",
-    "verifying",
-    "progress",
-    "candidate",
-    "paused",
-    "stopped",
-    "finished",
-    "rebaseline",
-    "reverified",
-]
-Status = Literal["running", "finished", "exhausted", "paused", "stopped", "refused"]
-
-
-class LoopEvent(BaseModel):
-    """What the loop tells its watcher (the bot, the demo's progress display).
-
-    ``candidate`` events carry ``branch``, ``sha``, ``verdict`` and ``record``;
-    ``baseline`` carries the calibration in ``data``; every event has a
-    human ``message``."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    kind: EventKind
-    task_id: str
-    message: str = ""
-    round: int | None = None
-    candidate: int | None = None
-    branch: str | None = None
-    sha: str | None = None
-    verdict: Any = None
-    """``verifier.verdict.Verdict`` (candidate, reverified)."""
-    record: LedgerRecord | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
-    at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+Status = LoopStatus
 
 
 class CandidateState(BaseModel):
@@ -133,7 +114,7 @@ class InProgress(BaseModel):
     decision: str = ""
     """Set when the candidate is decided before verification (policy, error)."""
     reason: str = ""
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     patch_id: str = ""
     left_out: list[str] = Field(default_factory=list)
 
@@ -146,7 +127,7 @@ class LoopState(BaseModel):
     keep: Literal["advance", "propose"] = "advance"
     b0_sha: str = ""
     bk_sha: str = ""
-    calibration: dict[str, Any] | None = None
+    calibration: Calibration | None = None
     status: Status = "running"
     reason: str = ""
     rounds_done: int = 0
@@ -174,7 +155,7 @@ class TaskResult(BaseModel):
     bk_sha: str
     rounds: int
     candidates: list[CandidateState]
-    calibration: dict[str, Any] | None = None
+    calibration: Calibration | None = None
     gain_vs_b0: float | None = None
     """Objective gain of the best kept candidate over B0 (0.3 = 30% better)."""
     spent: Usage = Field(default_factory=Usage)
@@ -241,21 +222,25 @@ class _Loop:
         self.on_event = on_event
         self.extra_protected = spec.protected_paths()
 
-    def emit(self, kind: str, message: str = "", **kw: Any) -> None:
+    def emit(self, event: type[LoopEvent], message: str = "", **kw: Any) -> None:
+        """Tell the watcher: ``event`` (a class of ``harness.events``) with its fields."""
         if self.on_event is None:
             return
         try:
-            self.on_event(LoopEvent(kind=kind, task_id=self.spec.task_id, message=message, **kw))
+            self.on_event(event(task_id=self.spec.task_id, message=message, **kw))
         except Exception:  # noqa: BLE001 - a broken watcher must not stop the loop
-            log.exception("on_event failed for a %s event", kind)
+            log.exception("on_event failed for a %s event", event.__name__)
 
     def progress(self, round_: int | None = None, n: int | None = None):
         def cb(message: str, data: dict) -> None:
-            self.emit("progress", message, round=round_, candidate=n, data=data)
+            fields = {k: data[k] for k in ("phase", "run", "total", "pairs", "arm", "benchmark")
+                      if data.get(k) is not None}
+            self.emit(Progress, message, round=round_, candidate=n, **fields)
 
         return cb
 
-    def verify(self, key: str, shas: dict[str, str], *, with_b0: bool, calibration, progress) -> Any:
+    def verify(self, key: str, shas: dict[str, str], *, with_b0: bool, calibration: Calibration | None,
+               progress) -> Verdict:
         """The verdict on fresh exports of ``shas`` (bk, candidate, b0), made
         for this call and removed after it: never a tree an agent touched."""
         refs = {"bk": shas["bk"], "candidate": shas["candidate"], "b0": shas["b0"] if with_b0 else None}
@@ -263,7 +248,7 @@ class _Loop:
             return self.backend.verify(d["bk"], d["candidate"], self.spec, b0=d.get("b0"), shas=shas,
                                        calibration=calibration, progress=progress)
 
-    def calibrate(self, key: str, sha: str) -> dict[str, Any]:
+    def calibrate(self, key: str, sha: str) -> Calibration:
         with self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d:
             return self.backend.calibrate(d["ref"], self.spec, progress=self.progress())
 
@@ -274,23 +259,23 @@ class _Loop:
     def baseline(self, st: LoopState) -> bool:
         if st.calibration is not None:
             return True
-        self.emit("progress", f"measuring B0 {st.b0_sha[:12]} (calibration)", data={"phase": "calibrate"})
+        self.emit(Progress, f"measuring B0 {st.b0_sha[:12]} (calibration)", phase="calibrate")
         try:
             cal = self.calibrate("b0", st.b0_sha)
         except Exception as exc:  # noqa: BLE001 - a failed calibration refuses the task, with the reason
             st.status, st.reason = "refused", f"could not measure B0: {exc}"
             self.save(st)
-            self.emit("refused", st.reason)
+            self.emit(Refused, st.reason)
             return False
         ok, message = calibration_ok(cal, self.spec.min_gain)
         st.calibration = cal
         if not ok:
             st.status, st.reason = "refused", message
             self.save(st)
-            self.emit("refused", message, data={"calibration": cal})
+            self.emit(Refused, message, calibration=cal)
             return False
         self.save(st)
-        self.emit("baseline", f"B0 {st.b0_sha[:12]} measured: {message}", sha=st.b0_sha, data={"calibration": cal})
+        self.emit(BaselineMeasured, f"B0 {st.b0_sha[:12]} measured: {message}", sha=st.b0_sha, calibration=cal)
         return True
 
     # -- one round -----------------------------------------------------
@@ -312,11 +297,13 @@ class _Loop:
             ip.agent_state_before = copy.deepcopy(st.agent_state.get(agent.name, {}))
             self.save(st)
         self.emit(
-            "round_started",
+            RoundStarted,
             f"round {ip.round}/{rounds_total}: {agent.name} on Bk {ip.base_sha[:12]}",
             round=ip.round,
             candidate=ip.n,
-            data={"stage": ip.stage, "agent": agent.name, "bk": ip.base_sha},
+            stage=ip.stage,
+            agent=agent.name,
+            bk=ip.base_sha,
         )
         if ip.stage == "agent" and not self.agent_stage(st, ip, agent):
             return False
@@ -366,11 +353,13 @@ class _Loop:
             self.save(st)
             return False
         self.emit(
-            "agent_finished",
+            AgentFinished,
             f"{agent.name}: {outcome.hypothesis or '(no hypothesis)'}" + (f" [error: {outcome.error}]" if outcome.error else ""),
             round=ip.round,
             candidate=ip.n,
-            data={"duration_s": outcome.duration_s, "error": outcome.error, "left_out": ip.left_out},
+            duration_s=outcome.duration_s or 0.0,
+            error=outcome.error or "",
+            left_out=ip.left_out,
         )
         self.judge_taken(ip, outcome, taken, export)
         ip.agent_state_after = ctx.state
@@ -421,16 +410,14 @@ class _Loop:
 
     def verify_stage(self, st: LoopState, ip: InProgress) -> None:
         shas = {"b0": st.b0_sha, "bk": ip.base_sha, "candidate": ip.sha}
-        self.emit("verifying", f"verifying #{ip.n} against Bk and B0", round=ip.round, candidate=ip.n, sha=ip.sha)
+        self.emit(Verifying, f"verifying #{ip.n} against Bk and B0", round=ip.round, candidate=ip.n, sha=ip.sha)
         verdict = self.verify(str(ip.n), shas, with_b0=ip.base_sha != st.b0_sha, calibration=st.calibration,
                               progress=self.progress(ip.round, ip.n))
-        ip.verdict = json.loads(verdict.to_json())
+        ip.verdict = verdict
         ip.stage = "record"
         self.save(st)
 
     def record_stage(self, st: LoopState, ip: InProgress, agent: Agent) -> None:
-        from verifier.verdict import Verdict
-
         outcome = AgentOutcome.model_validate(ip.outcome or {})
         pol = PolicyResult.model_validate(ip.policy or {})
         common = dict(
@@ -454,7 +441,7 @@ class _Loop:
             usage=outcome.usage,
         )
         if ip.verdict is not None:
-            verdict = Verdict.model_validate(ip.verdict)
+            verdict = ip.verdict
             record = LedgerRecord.from_verdict(verdict, **common)
         else:
             verdict = error_verdict("agent", ip.reason) if ip.decision == "error" else None
@@ -503,15 +490,16 @@ class _Loop:
         self.ws.remove(f"cand-{ip.n}")
         gain = f" ({record.gain * 100:+.1f}%)" if record.gain is not None else ""
         self.emit(
-            "candidate",
+            CandidateRecorded,
             f"#{ip.n} {decision}{gain}: {record.hypothesis} — {record.reason}",
             round=ip.round,
             candidate=ip.n,
-            branch=record.branch or None,
-            sha=ip.sha or None,
+            branch=record.branch,
+            sha=ip.sha,
+            status=status,
             verdict=verdict,
             record=record,
-            data={"status": status, "bk": st.bk_sha},
+            bk=st.bk_sha,
         )
 
 
@@ -588,17 +576,17 @@ def run_task(
         if keep:
             st.keep = keep
         if st.status == "refused":
-            loop.emit("refused", st.reason)
+            loop.emit(Refused, st.reason)
             return _result(st)
         if st.status in ("paused", "stopped", "exhausted", "finished"):
             st.straight_rejections = 0 if st.status == "paused" else st.straight_rejections
         st.status, st.reason = "running", ""
         loop.save(st)
         loop.emit(
-            "resumed",
+            Resumed,
             f"resuming {spec.task_id}: {st.rounds_done} rounds done"
             + (f", round {st.in_progress.round} at stage {st.in_progress.stage}" if st.in_progress else ""),
-            data={"rounds_done": st.rounds_done},
+            rounds_done=st.rounds_done,
         )
 
     st.budget = {"max_tokens": spec.agent.max_tokens, "max_cost_usd": spec.agent.max_cost_usd}
@@ -617,22 +605,24 @@ def run_task(
             if should_stop():
                 st.status, st.reason = "stopped", "stopped on request"
                 loop.save(st)
-                loop.emit("stopped", st.reason)
+                loop.emit(Stopped, st.reason)
                 return _result(st)
             if st.straight_rejections >= limit:
                 st.status, st.reason = "paused", f"{st.straight_rejections} straight rejections (limit {limit})"
                 loop.save(st)
-                loop.emit("paused", st.reason)
+                loop.emit(Paused, st.reason)
                 return _result(st)
         if not loop.round(st, agent_obj, rounds_total):
             break
     loop.save(st)
     res = _result(st)
     loop.emit(
-        "finished",
+        Finished,
         f"{spec.task_id} {st.status}: {st.reason}; {len(res.kept)} kept, {len(res.open)} open",
         sha=st.bk_sha,
-        data={"status": st.status, "gain_vs_b0": res.gain_vs_b0, "rounds": st.rounds_done},
+        status=st.status,
+        gain_vs_b0=res.gain_vs_b0,
+        rounds=st.rounds_done,
     )
     return res
 
@@ -640,20 +630,11 @@ def run_task(
 # --------------------------------------------------------------- rebaseline
 
 
-class ReverifyOutcome(BaseModel):
-    n: int
-    branch: str
-    old_sha: str
-    new_sha: str = ""
-    outcome: Literal["reverified", "merged", "conflict", "error"]
-    decision: str = ""
-    reason: str = ""
-
-
 class RebaselineResult(BaseModel):
     bk_sha: str
-    calibration: dict[str, Any] | None = None
+    calibration: Calibration | None = None
     candidates: list[ReverifyOutcome] = Field(default_factory=list)
+    """Every open candidate's outcome, with its new verdict when judged again."""
 
 
 def _require_state(state_dir: Path) -> LoopState:
@@ -692,12 +673,13 @@ def rebaseline(
     try:
         cal = loop.calibrate("bk", new_bk)
     except Exception as exc:  # noqa: BLE001 - reported; re-verification still runs with B0's calibration
-        loop.emit("progress", f"could not calibrate the new Bk: {exc}")
+        loop.emit(Progress, f"could not calibrate the new Bk: {exc}")
     loop.emit(
-        "rebaseline",
+        Rebaselined,
         f"new Bk {new_bk[:12]} (was {old_bk[:12]})",
         sha=new_bk,
-        data={"calibration": cal, "old_bk": old_bk},
+        old_bk=old_bk,
+        calibration=cal,
     )
     result = RebaselineResult(bk_sha=new_bk, calibration=cal)
     for c in st.candidates:
@@ -731,7 +713,7 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
     out = ReverifyOutcome(n=c.n, branch=c.branch, old_sha=c.sha, outcome="reverified")
     if git_ok(repo, "merge-base", "--is-ancestor", c.sha, new_bk):
         c.status, out.outcome, out.reason = "merged", "merged", "already in the new Bk"
-        loop.emit("reverified", f"#{c.n} is merged", candidate=c.n, branch=c.branch, data=out.model_dump())
+        loop.emit(Reverified, f"#{c.n} is merged", candidate=c.n, branch=c.branch, outcome=out)
         return out
     name = f"rebase-{c.n}"
     wt = loop.ws.checkout(name, new_bk)
@@ -750,13 +732,13 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
                 status="conflict",
             )
         )
-        loop.emit("reverified", f"#{c.n} conflicts with the new Bk", candidate=c.n, branch=c.branch, data=out.model_dump())
+        loop.emit(Reverified, f"#{c.n} conflicts with the new Bk", candidate=c.n, branch=c.branch, outcome=out)
         return out
     new_sha = git(wt, "rev-parse", "HEAD")
     if not git(repo, "diff", "--name-only", new_bk, new_sha).strip():
         loop.ws.remove_worktree(name)
         c.status, out.outcome, out.reason = "merged", "merged", "its change is already in the new Bk"
-        loop.emit("reverified", f"#{c.n} is merged", candidate=c.n, branch=c.branch, data=out.model_dump())
+        loop.emit(Reverified, f"#{c.n} is merged", candidate=c.n, branch=c.branch, outcome=out)
         return out
     git(repo, "update-ref", f"refs/heads/{c.branch}", new_sha)
     out.new_sha = new_sha
@@ -768,16 +750,14 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
     loop.ledger.append(record)
     c.sha, c.base_sha, c.decision, c.reason, c.status = new_sha, new_bk, verdict.decision, verdict.reason, status
     c.gain, c.ratio = record.gain, record.ratio
-    out.decision, out.reason = verdict.decision, verdict.reason
+    out.decision, out.reason, out.verdict = verdict.decision, verdict.reason, verdict
     loop.emit(
-        "reverified",
+        Reverified,
         f"#{c.n} on the new Bk: {verdict.decision} — {verdict.reason}",
         candidate=c.n,
         branch=c.branch,
         sha=new_sha,
-        verdict=verdict,
-        record=record,
-        data=out.model_dump(),
+        outcome=out,
     )
     return out
 

@@ -699,7 +699,7 @@ def render_links(verdict: Verdict | Mapping[str, Any], links: ReportLinks | None
     if repo:
         for word, sha in (("candidate", cand), ("Bk", bk), ("B0", b0 if b0 != bk else "")):
             if sha:
-                parts.append(f"{word} [`{sha[:10]}`]({repo}/commit/{sha})")
+                parts.append(f"{word} [`{_short(sha)}`]({repo}/commit/{sha})")
         if bk and cand:
             parts.append(f"[diff vs Bk]({repo}/compare/{bk}...{cand})")
         if b0 and cand and b0 != bk:

@@ -2,8 +2,8 @@
 with every benchmark run in its own container.
 
 Both backends take checkout paths (the loop gives them fresh exports of the
-committed shas) and return the verifier's own records (``Verdict``; a
-calibration as a plain dict), so the loop does not care where the measurement
+committed shas) and return the verifier's own records (``Verdict``,
+``Calibration``), so the loop does not care where the measurement
 ran.
 
 * :class:`SandboxVerifier` (the default of ``rsi run``): the verifier's own CLI
@@ -40,45 +40,22 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness import sandbox
 from harness.spec import TaskSpec
 
+if TYPE_CHECKING:
+    from verifier.calibrate import Calibration
+    from verifier.verdict import Verdict
+
 Progress = Callable[[str, dict], None]
 
 
-def calibration_to_dict(cal: Any) -> dict[str, Any]:
+def calibration_ok(cal: Calibration | None, min_gain: float) -> tuple[bool, str]:
     if cal is None:
-        return {}
-    if isinstance(cal, dict):
-        return cal
-    if hasattr(cal, "model_dump"):
-        return cal.model_dump(mode="json")
-    import dataclasses
-
-    if dataclasses.is_dataclass(cal):
-        return json.loads(json.dumps(dataclasses.asdict(cal), default=str))
-    return {k: v for k, v in vars(cal).items() if not k.startswith("_")}
-
-
-def calibration_from_dict(d: dict[str, Any] | None) -> Any:
-    """Back to the verifier's Calibration object (None when there is none)."""
-    if not d:
-        return None
-    from verifier import calibrate as vc
-
-    cls = vc.Calibration
-    if hasattr(cls, "model_validate"):
-        return cls.model_validate(d)
-    return cls(**d)
-
-
-def calibration_ok(cal: Any, min_gain: float) -> tuple[bool, str]:
-    obj = calibration_from_dict(cal) if isinstance(cal, dict) else cal
-    if obj is None:
         return True, "no calibration"
-    return obj.ok_for(min_gain)
+    return cal.ok_for(min_gain)
 
 
 def error_verdict(stage: str, message: str, stderr_tail: str = "", shas: dict | None = None):
@@ -95,7 +72,7 @@ def error_verdict(stage: str, message: str, stderr_tail: str = "", shas: dict | 
 class VerifierBackend(Protocol):
     name: str
 
-    def calibrate(self, ref: Path, spec: TaskSpec, *, progress: Progress | None = None) -> dict[str, Any]: ...
+    def calibrate(self, ref: Path, spec: TaskSpec, *, progress: Progress | None = None) -> Calibration | None: ...
 
     def verify(
         self,
@@ -105,28 +82,19 @@ class VerifierBackend(Protocol):
         *,
         b0: Path | None,
         shas: dict[str, str],
-        calibration: dict[str, Any] | None,
+        calibration: Calibration | None,
         progress: Progress | None = None,
-    ): ...
+    ) -> Verdict: ...
 
 
 def _progress_adapter(progress: Progress | None):
+    """The verifier's ``ProgressEvent`` (a dataclass) as the loop's ``(message, fields)``."""
     if progress is None:
         return None
+    import dataclasses
 
-    def cb(*args, **kw):
-        ev = args[0] if args else kw
-        data: dict[str, Any]
-        if hasattr(ev, "model_dump"):
-            data = ev.model_dump(mode="json")
-        elif hasattr(ev, "__dataclass_fields__"):
-            import dataclasses
-
-            data = json.loads(json.dumps(dataclasses.asdict(ev), default=str))
-        elif isinstance(ev, dict):
-            data = ev
-        else:
-            data = {"message": str(ev)}
+    def cb(ev) -> None:
+        data = dataclasses.asdict(ev)
         progress(str(data.get("message") or data.get("phase") or ""), data)
 
     return cb
@@ -135,11 +103,10 @@ def _progress_adapter(progress: Progress | None):
 class InProcessVerifier:
     name = "inprocess"
 
-    def calibrate(self, ref: Path, spec: TaskSpec, *, progress: Progress | None = None) -> dict[str, Any]:
+    def calibrate(self, ref: Path, spec: TaskSpec, *, progress: Progress | None = None) -> Calibration:
         from verifier.calibrate import calibrate
 
-        cal = calibrate(Path(ref), spec.verify, progress=_progress_adapter(progress))
-        return calibration_to_dict(cal)
+        return calibrate(Path(ref), spec.verify, progress=_progress_adapter(progress))
 
     def verify(self, baseline, candidate, spec, *, b0, shas, calibration, progress=None):
         from verifier.judge import verify
@@ -151,7 +118,7 @@ class InProcessVerifier:
                 spec.verify,
                 b0=Path(b0) if b0 else None,
                 shas=shas,
-                calibration=calibration_from_dict(calibration),
+                calibration=calibration,
                 progress=_progress_adapter(progress),
             )
         except Exception as exc:  # noqa: BLE001 - the verifier must not take the loop down
@@ -224,7 +191,7 @@ def verifier_env(environ: dict[str, str], spec: TaskSpec) -> dict[str, str]:
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["RSI_PROGRESS_JSON"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
-    seed = spec.hidden.seed_env
+    seed = spec.verify.hidden.seed_env
     if seed and environ.get(seed):
         env[seed] = environ[seed]
     return env
@@ -326,12 +293,12 @@ class SandboxVerifier:
         self.last: VerifierRun | None = None
 
     def _timeout(self, spec: TaskSpec, calibrate: bool) -> float:
-        v = spec.config.get("verifier", {})
-        per_run = float(spec.benchmark.get("timeout_s", 600)) + 30  # + a container's start and stop
+        v = spec.verify.verifier
+        per_run = spec.benchmark.timeout_s + 30  # + a container's start and stop
         if calibrate:
-            runs = 2 * int(v.get("calibration_pairs", 6)) + 2 * int(v.get("warmup", 1)) + 2
+            runs = 2 * v.calibration_pairs + 2 * v.warmup + 2
         else:
-            runs = 3 * int(v.get("max_pairs", 30)) + 3 * int(v.get("warmup", 1)) + 3
+            runs = 3 * v.max_pairs + 3 * v.warmup + 3
         return min(per_run * runs + 60, 6 * 3600)
 
     def _run(self, spec: TaskSpec, argv: list[str], files: dict[str, str], timeout_s: float, progress) -> VerifierRun:
@@ -366,12 +333,12 @@ class SandboxVerifier:
         run = self._run(spec, argv, {}, self._timeout(spec, True), progress)
         if run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA) or run.report is None:
             raise RuntimeError(f"the verifier failed: {run.why()}" + (f" ({run.report_error})" if run.report_error else ""))
+        from verifier.calibrate import Calibration
+
         try:
-            cal = json.loads(run.report)
-            calibration_from_dict(cal)
-        except Exception as exc:  # noqa: BLE001 - an unreadable report is a failure, with the reason
+            return Calibration.model_validate_json(run.report)
+        except ValueError as exc:  # an unreadable report is a failure, with the reason
             raise RuntimeError(f"unreadable calibration from the verifier: {exc}") from None
-        return cal
 
     def verify(self, baseline, candidate, spec, *, b0, shas, calibration, progress=None):
         argv = ["verify-dirs", str(baseline), str(candidate), "--config", "{root}/config.toml",
@@ -381,8 +348,8 @@ class SandboxVerifier:
             argv += ["--b0", str(b0)]
         for k, v in (shas or {}).items():
             argv += ["--sha", f"{k}={v}"]
-        if calibration:
-            files["calibration.json"] = json.dumps(calibration)
+        if calibration is not None:
+            files["calibration.json"] = calibration.model_dump_json()
             argv += ["--calibration", "{root}/calibration.json"]
         run = self._run(spec, argv, files, self._timeout(spec, False), progress)
         return verdict_of(run, shas)

@@ -42,7 +42,7 @@ from .config import ConfigError, VerifyConfig
 from .git import GitError, rev_parse, show_file, worktrees
 from .isolation import Isolation, from_options
 from .measure import ProgressEvent
-from .verdict import Fingerprint, Verdict
+from .verdict import Decision, Fingerprint, Verdict
 
 CONFIG_PATH = ".rsi/config.toml"
 EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA = 0, 1, 2
@@ -56,9 +56,9 @@ err_console = Console(stderr=True)
 
 
 def exit_code(verdict: Verdict) -> int:
-    if verdict.decision == "accept":
+    if verdict.decision == Decision.ACCEPT:
         return EXIT_ACCEPT
-    if verdict.decision == "error":
+    if verdict.decision == Decision.ERROR:
         return EXIT_INFRA
     return EXIT_OTHER
 
@@ -71,11 +71,12 @@ def _fail(message: str) -> typer.Exit:
 # ---- rendering (pure: data in, renderables out) -------------------------------
 
 _COLOR = {
-    "accept": "green",
-    "review": "yellow",
-    "reject": "red",
-    "inconclusive": "blue",
-    "error": "magenta",
+    Decision.ACCEPT: "green",
+    Decision.REVIEW: "yellow",
+    Decision.REJECT: "red",
+    Decision.INCONCLUSIVE: "blue",
+    Decision.ERROR: "magenta",
+    # guard statuses
     "pass": "green",
     "fail": "red",
     "unclear": "yellow",

@@ -22,11 +22,9 @@ Nothing here raises for a benchmark's behaviour: a failure is a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -573,17 +571,6 @@ class Cgroup:
                     total += psutil.Process(pid).memory_info().rss
         return total
 
-    def rss_bytes(self) -> int:
-        """Anonymous + mapped memory charged to the cgroup (not page cache)."""
-        if "memory" in self.v1:
-            s = self._stat(self.v1["memory"] / "memory.stat")
-            return s.get("total_rss", s.get("rss", 0)) + s.get(
-                "total_mapped_file", s.get("mapped_file", 0)
-            )
-        assert self.v2 is not None
-        s = self._stat(self.v2 / "memory.stat")
-        return s.get("anon", 0) + s.get("file_mapped", 0)
-
     def cpu_s(self) -> float:
         if "cpuacct" in self.v1:
             return int((self.v1["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
@@ -1028,11 +1015,3 @@ def from_options(
     else:
         raise ValueError("--isolation container needs --isolation-spec FILE or --image IMAGE")
     return ContainerIsolation(spec)
-
-
-def spec_json(spec: IsolationSpec) -> str:
-    return json.dumps(spec.model_dump(), indent=2, default=str)
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

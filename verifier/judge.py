@@ -1,11 +1,12 @@
 """The judge: measure a candidate against its baseline(s) and decide.
 
-Flow of ``verify``:
+Flow of ``verify`` (each step a function below):
 
-1. Check the config, the hidden inputs and the fingerprint (a calibration or
-   an expected fingerprint from elsewhere is refused: ``error``).
-2. ``setup`` once per checkout; ``warmup`` runs per arm, discarded.
-3. Randomized ABBA blocks of Bk and the candidate (and B0 when given and a
+1. ``_preflight``: check the config, the hidden inputs and the fingerprint (a
+   calibration or an expected fingerprint from elsewhere is refused:
+   ``error``) and the checkouts, before any run.
+2. ``_sequential``: ``setup`` once per checkout; ``warmup`` runs per arm, discarded.
+3. ``_looks``: randomized ABBA blocks of Bk and the candidate (and B0 when given and a
    different checkout), ``initial_pairs`` first; at each look the objective
    is judged (``stats.judge_objective``) and every guard evaluated:
    - a guard that clearly fails, or a failed request: ``reject`` (stop);
@@ -16,11 +17,11 @@ Flow of ``verify``:
    at the last look one still unclear is decided by its point estimate
    (``stats.bound_status``), so that a real regression beyond the bound fails
    and no regression passes, each >= 95% of the time in the quality table.
-4. Guards naming other benchmarks are measured (``initial_pairs`` pairs) once
+4. ``_other_benchmark_guards``: guards naming other benchmarks are measured (``initial_pairs`` pairs) once
    the objective is accepted, and judged as at a last look.
-5. Decision: reject > inconclusive (objective unclear at the cap) > review
+5. ``_conclude`` / ``decide``: reject > inconclusive (objective unclear at the cap) > review
    (a guard still unclear when the objective is accepted, which the last-look
-   rule leaves only to callers of ``_decide`` with interim results; a gain
+   rule leaves only to callers of ``decide`` with interim results; a gain
    above 2x; above 10x the candidate is quarantined) > accept.
 
 Anything that goes wrong (a crash, a timeout, a bad result, an exception in
@@ -33,7 +34,8 @@ import math
 import re
 import time
 import traceback
-import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,33 +43,22 @@ from typing import Any
 import numpy as np
 
 from .calibrate import Calibration
-from .config import Direction, Guard, QualityGuard, VerifyConfig
+from .config import BenchmarkConfig, Direction, VerifyConfig
 from .fingerprint import FingerprintMismatch, collect, ensure_comparable
+from .guards import Evaluator, derived_seed
 from .isolation import Isolation
 from .measure import ARM_STAGE, Progress, ProgressEvent, Session, hidden_env
 from .noise import explain_runs
-from .quality import (
-    QualityError,
-    _texts,
-    allclose,
-    compare_files,
-    corpus_wer,
-    file_key,
-    output_length,
-    snapshot,
-)
 from .runner import RunRecord
 from .stats import (
     Design,
-    Estimate,
-    bootstrap_ci,
-    bound_status,
-    clustered_percentile_ci,
+    ObjectiveLook,
     judge_objective,
     log_ratios,
     value_warnings,
 )
 from .verdict import (
+    Decision,
     Fingerprint,
     GuardResult,
     Interval,
@@ -75,14 +66,13 @@ from .verdict import (
     ObjectiveResult,
     RunError,
     Verdict,
+    arm_label,
 )
 
-__all__ = ["QUARANTINE_GAIN", "SUSPICIOUS_GAIN", "ProgressEvent", "verify"]
+__all__ = ["QUARANTINE_GAIN", "SUSPICIOUS_GAIN", "cross_check", "decide", "tradeoffs", "verify"]
 
 SUSPICIOUS_GAIN = 1.0  # gain above 2x (gain > 100%): review
 QUARANTINE_GAIN = 9.0  # above 10x: quarantined review
-PERCENTILE_BOOT = 2_000  # resamples for pooled-percentile intervals of guards and reports
-REF_LABEL = {"bk": "Bk", "b0": "B0"}
 
 
 def verify(
@@ -123,7 +113,7 @@ def verify(
         )
     except Exception as e:  # noqa: BLE001 - the verifier never turns an error into a verdict
         verdict = Verdict(
-            decision="error",
+            decision=Decision.ERROR,
             reason=f"the verifier failed: {e!r}",
             benchmark=benchmark or "",
             shas=shas,
@@ -140,296 +130,7 @@ def _error(err: RunError, **base: Any) -> Verdict:
     what = {"baseline": "the baseline", "candidate": "the candidate", "b0": "B0"}.get(
         err.stage, err.stage
     )
-    return Verdict(decision="error", reason=f"{what}: {err.message}", error=err, **base)
-
-
-def _seed(base: int, *parts: str) -> int:
-    return (base * 1_000_003 + zlib.crc32("/".join(parts).encode())) % (2**32)
-
-
-class Evaluator:
-    """Evaluates guards and metric comparisons on a measurement session."""
-
-    def __init__(self, config: VerifyConfig, bench_name: str, arms: dict[str, Path]):
-        self.config = config
-        self.v = config.verifier
-        self.bench_name = bench_name
-        self.arms = arms
-        self.refs = [a for a in ("bk", "b0") if a in arms]
-        self.snaps: dict[str, dict[str, Any]] = {}
-        self.warnings: list[str] = []
-
-    # ---- quality snapshots ----------------------------------------------
-    def on_run_for(self, qguards: list[QualityGuard], checkouts: dict[str, Path]):
-        def on_run(arm: str, rec: RunRecord, index: int) -> None:
-            if index == 0 and qguards and rec.result is not None and arm not in self.snaps:
-                bases = [Path(rec.output_dir)] + [
-                    Path(b) for b in rec.output_bases if b != rec.output_dir
-                ]
-                self.snaps[arm] = snapshot(
-                    dict(rec.result.outputs), qguards, [*bases, Path(checkouts[arm])]
-                )
-
-        return on_run
-
-    # ---- comparisons --------------------------------------------------------
-    def compare(
-        self, s: Session, metric: str, ref: str, *, log: bool = True, level: float | None = None
-    ) -> tuple[Estimate, str] | None:
-        """Candidate vs ``ref`` on ``metric``: (estimate in log-ratio or delta units, source)."""
-        level = level or self.v.level
-        seed = _seed(self.v.seed, s.bench.name, metric, ref, "log" if log else "delta")
-        src = s.percentile_source(metric)
-        if src is not None:
-            series, q = src
-            c, r = s.pooled("candidate", series), s.pooled(ref, series)
-            if c.size and r.size and (not log or (np.all(c > 0) and np.all(r > 0))):
-                return clustered_percentile_ci(
-                    s.per_run("candidate", series),
-                    s.per_run(ref, series),
-                    q,
-                    seed=seed,
-                    n_boot=PERCENTILE_BOOT,
-                    level=level,
-                    log=log,
-                ), s.source(metric)
-        c, r = s.values("candidate", metric), s.values(ref, metric)
-        if c.size == 0 or np.isnan(c).any() or np.isnan(r).any():
-            return None
-        if log:
-            if np.any(c <= 0) or np.any(r <= 0):
-                return None
-            d = log_ratios(c, r)
-        else:
-            d = c - r
-        est = bootstrap_ci(d, seed=seed, n_boot=self.v.bootstrap, level=level)
-        return est, s.source(metric)
-
-    # ---- guards ------------------------------------------------------------------
-    def guards(self, s: Session, *, final: bool = False) -> list[GuardResult]:
-        """Every guard on this session; ``final``: the last look (no more pairs
-        will come), where a metric guard still unclear is decided by its point."""
-        out: list[GuardResult] = []
-        failed = sum(r.result.failed for r in s.records["candidate"] if r.result is not None)
-        requests = sum(
-            r.result.counts.get("requests", 0)
-            for r in s.records["candidate"]
-            if r.result is not None
-        )
-        out.append(
-            GuardResult(
-                name=f"failed requests ({s.bench.name})",
-                kind="failed_requests",
-                metric="counts.failed",
-                bound="== 0",
-                value=float(failed),
-                status="fail" if failed else "pass",
-                detail=(
-                    f"{failed} failed request(s) in {len(s.records['candidate'])} candidate runs"
-                    + (f" ({requests} requests)" if requests else "")
-                ),
-            )
-        )
-        directions = s.directions()
-        for g in self.config.guards_for(s.bench.name, directions):
-            for ref in self.refs:
-                out.append(self.metric_guard(s, g, ref, directions, final=final))
-        for q in self.config.quality_for(s.bench.name):
-            for ref in self.refs:
-                out.append(self.quality_guard(q, ref))
-        return out
-
-    def metric_guard(
-        self,
-        s: Session,
-        g: Guard,
-        ref: str,
-        directions: dict[str, Direction],
-        *,
-        final: bool = False,
-    ) -> GuardResult:
-        label = g.label + (
-            "" if s.bench.name == self.config.objective.benchmark else f" ({s.bench.name})"
-        )
-        base = dict(
-            name=label + (" [default]" if g.default else ""),
-            kind=g.kind,
-            metric=g.metric,
-            against=ref,
-            bound=g.bound_text,
-            source=s.source(g.metric),
-        )
-        if g.metric not in directions:
-            return GuardResult(
-                **base,
-                status="skipped",
-                detail=f"'{g.metric}' was not reported by every run; cannot check it",
-            )
-        level = self.v.guard_level if final else self.v.guard_interim_level
-        est_src = self.compare(s, g.metric, ref, log=g.kind == "ratio", level=level)
-        if est_src is None:
-            return GuardResult(
-                **base,
-                status="skipped",
-                detail=f"'{g.metric}' has non-positive or missing values; cannot form ratios",
-            )
-        est, _src = est_src
-        if g.kind == "ratio":
-            point, lo, hi = math.exp(est.point), math.exp(est.low), math.exp(est.high)
-        else:
-            point, lo, hi = est.point, est.low, est.high
-        upper = g.max_ratio if g.max_ratio is not None else g.max_delta
-        lower = g.min_ratio if g.min_ratio is not None else g.min_delta
-        status = bound_status(lo, hi, upper=upper, lower=lower)
-        fmt = (lambda v: f"{v:.3f}x") if g.kind == "ratio" else (lambda v: f"{v:+.4g}")
-        detail = f"{fmt(point)} [{fmt(lo)}, {fmt(hi)}], bound {g.bound_text}"
-        if status == "unclear" and final:
-            status = bound_status(lo, hi, upper=upper, lower=lower, point=point)
-            detail += (
-                f" (interval straddles the bound at the last look: decided by the point, {status})"
-            )
-        elif status == "unclear":
-            detail += " (interval straddles the bound)"
-        return GuardResult(
-            **base,
-            value=point,
-            ci=Interval(low=lo, high=hi, level=est.level),
-            status=status,
-            detail=detail,
-        )
-
-    def quality_guard(self, q: QualityGuard, ref: str) -> GuardResult:
-        base = dict(name=q.label, kind=q.kind, metric=f"outputs.{q.output}", against=ref)
-        cand, refs = self.snaps.get("candidate", {}), self.snaps.get(ref, {})
-        rl = REF_LABEL[ref]
-        if q.files:
-            return self.file_guard(q, ref)
-        need = [q.output] + ([q.reference] if q.reference else [])
-        for key in need:
-            if isinstance(refs.get(key), QualityError) or key not in refs:
-                why = refs.get(key, "no snapshot")
-                self.warnings.append(
-                    f"quality guard {q.label}: {rl} lacks outputs.{key} ({why}); not checked"
-                )
-                return GuardResult(**base, status="skipped", detail=f"{rl}: {why}")
-        if isinstance(cand.get(q.output), QualityError) or q.output not in cand:
-            return GuardResult(
-                **base, status="fail", detail=f"candidate: {cand.get(q.output, 'no outputs')}"
-            )
-        try:
-            if q.kind == "wer":
-                hyp = _texts(cand[q.output], f"candidate outputs.{q.output}")
-                if q.reference:
-                    truth = _texts(refs[q.reference], f"{rl} outputs.{q.reference}")
-                    w_c = corpus_wer(truth, hyp)
-                    w_r = corpus_wer(truth, _texts(refs[q.output], f"{rl} outputs.{q.output}"))
-                    against_what = f"ground truth outputs.{q.reference}"
-                else:
-                    w_c = corpus_wer(_texts(refs[q.output], f"{rl} outputs.{q.output}"), hyp)
-                    w_r = 0.0
-                    against_what = f"{rl}'s outputs"
-                delta = w_c - w_r
-                bounds, fails = [], []
-                if q.max is not None:
-                    bounds.append(f"<= {q.max:.2%}")
-                    if w_c > q.max:
-                        fails.append(f"WER {w_c:.2%} > {q.max:.2%}")
-                if q.max_delta is not None:
-                    bounds.append(f"delta <= {q.max_delta:+.2%}")
-                    if delta > q.max_delta:
-                        fails.append(f"WER rose by {delta:+.2%} > {q.max_delta:+.2%}")
-                detail = f"WER {w_c:.2%} against {against_what}" + (
-                    f" ({rl} {w_r:.2%}, delta {delta:+.2%})" if q.reference else ""
-                )
-                if fails:
-                    detail += ": " + "; ".join(fails)
-                return GuardResult(
-                    **base,
-                    bound="; ".join(bounds),
-                    value=w_c,
-                    status="fail" if fails else "pass",
-                    detail=detail,
-                )
-            if q.kind == "output_length":
-                lc = output_length(cand[q.output])
-                lr = output_length(refs[q.output])
-                if lr == 0:
-                    ok = lc == 0
-                    change = 0.0 if ok else float("inf")
-                else:
-                    change = lc / lr - 1
-                    ok = abs(change) <= q.max_change
-                return GuardResult(
-                    **base,
-                    bound=f"within ±{q.max_change:.1%}",
-                    value=change,
-                    status="pass" if ok else "fail",
-                    detail=f"length {lc:g} vs {rl} {lr:g} ({change:+.2%})",
-                )
-            ok, err, detail = allclose(cand[q.output], refs[q.output], q)
-            return GuardResult(
-                **base,
-                bound="per-dtype tolerance",
-                value=err,
-                status="pass" if ok else "fail",
-                detail=detail,
-            )
-        except QualityError as e:
-            return GuardResult(**base, status="fail", detail=str(e))
-
-    def file_guard(self, q: QualityGuard, ref: str) -> GuardResult:
-        """waveform / tensor: the run's output files, matched by name."""
-        key, rl = file_key(q), REF_LABEL[ref]
-        base = dict(name=q.label, kind=q.kind, metric=f"files {q.files}", against=ref)
-        base["bound"] = f">= {q.min_snr_db:g} dB" if q.kind == "waveform" else "per-dtype tolerance"
-        cand = self.snaps.get("candidate", {}).get(key, QualityError("no candidate run"))
-        refv = self.snaps.get(ref, {}).get(key, QualityError("no snapshot"))
-        if isinstance(refv, QualityError):
-            self.warnings.append(f"quality guard {q.label}: {rl}: {refv}; not checked")
-            return GuardResult(**base, status="skipped", detail=f"{rl}: {refv}")
-        if isinstance(cand, QualityError):
-            return GuardResult(**base, status="fail", detail=f"candidate: {cand}")
-        try:
-            ok, value, detail = compare_files(cand, refv, q, rl)
-        except QualityError as e:
-            self.warnings.append(f"quality guard {q.label}: {e}; not checked")
-            return GuardResult(**base, status="skipped", detail=str(e))
-        value = value if math.isfinite(value) else None
-        return GuardResult(**base, value=value, status="pass" if ok else "fail", detail=detail)
-
-    # ---- reporting ------------------------------------------------------------------
-    def metrics(self, s: Session) -> list[MetricComparison]:
-        out = []
-        for metric, d in s.directions().items():
-            row: dict[str, Any] = dict(name=metric, direction=d, unit=_unit(metric))
-            src = s.percentile_source(metric)
-            for arm in ("b0", "bk", "candidate"):
-                if arm not in s.records:
-                    continue
-                if src is not None:
-                    pooled = s.pooled(arm, src[0])
-                    row[arm] = float(np.percentile(pooled, src[1])) if pooled.size else None
-                else:
-                    row[arm] = float(np.median(s.values(arm, metric)))
-            for ref in self.refs:
-                est_src = self.compare(s, metric, ref)
-                if est_src is None:
-                    continue
-                est, _source = est_src
-                row[f"ratio_vs_{ref}"] = math.exp(est.point)
-                row[f"ratio_vs_{ref}_ci"] = Interval(
-                    low=math.exp(est.low), high=math.exp(est.high), level=est.level
-                )
-            row["source"] = s.source(metric)
-            out.append(MetricComparison(**row))
-        return out
-
-
-def _unit(metric: str) -> str:
-    for suffix, unit in (("_s", "s"), ("_ms", "ms"), ("_mib", "MiB"), ("_mb", "MB")):
-        if metric.endswith(suffix):
-            return unit
-    return ""
+    return Verdict(decision=Decision.ERROR, reason=f"{what}: {err.message}", error=err, **base)
 
 
 def _category(metric: str) -> str | None:
@@ -476,20 +177,62 @@ def _verify(
     expected_fp: Fingerprint | None,
     isolation: Isolation | None = None,
 ) -> Verdict:
-    v = config.verifier
+    """``verify`` without the clock and the exception net: preflight, the
+    sequential loop, the other benchmarks' guards, the decision."""
+    plan = _preflight(baseline, candidate, config, benchmark, b0, shas, calibration, expected_fp)
+    if isinstance(plan, Verdict):
+        return plan
+    found = _sequential(plan, progress, isolation)
+    if isinstance(found, Verdict):
+        return found
+    objective = _objective(plan, found)
+    if _other_benchmarks_due(plan, found):
+        failed = _other_benchmark_guards(plan, found, objective, progress, isolation)
+        if failed is not None:
+            return failed
+    return _conclude(plan, found, objective, progress)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What preflight settled before any measurement."""
+
+    config: VerifyConfig
+    bench_name: str
+    bench: BenchmarkConfig
+    base: dict[str, Any]
+    """Fields of every verdict from here on: benchmark, shas, settings, fingerprint."""
+    env: dict[str, str]  # hidden inputs added to the runs' environment
+    drop: tuple[str, ...]  # environment names the runs must not see
+    baseline: Path  # Bk's checkout: also where a serving client and an evaluator run from
+    arms: dict[str, Path]  # bk, candidate and (when a different checkout) b0
+    metric: str  # the objective's metric on this benchmark
+    direction: Direction
+    margin: float  # bias margin of the objective's test
+    prior: dict[str, Any]  # the calibration's spread as the test's prior, if it applies
+    calibration: Calibration | None
+    warnings: list[str]  # the verdict's warnings so far; later steps append
+
+
+def _preflight(
+    baseline: Path,
+    candidate: Path,
+    config: VerifyConfig,
+    benchmark: str | None,
+    b0: Path | None,
+    shas: dict[str, str],
+    calibration: Calibration | None,
+    expected_fp: Fingerprint | None,
+) -> _Plan | Verdict:
+    """Check the benchmark, the fingerprints, the hidden inputs and the
+    checkouts before any run, and settle the objective's test; an ``error``
+    verdict for the first that fails."""
     bench_name = benchmark or config.objective.benchmark
     base: dict[str, Any] = dict(benchmark=bench_name, shas=shas)
     if bench_name not in config.benchmarks:
-        return _error(
-            RunError(
-                stage="config",
-                message=(
-                    f"unknown benchmark '{bench_name}'; declared: "
-                    f"{', '.join(sorted(config.benchmarks))}"
-                ),
-            ),
-            **base,
-        )
+        declared = ", ".join(sorted(config.benchmarks))
+        message = f"unknown benchmark '{bench_name}'; declared: {declared}"
+        return _error(RunError(stage="config", message=message), **base)
     bench = config.benchmarks[bench_name]
     base["settings"] = dict(bench.settings)
     fp = collect()
@@ -504,23 +247,64 @@ def _verify(
         env, drop = hidden_env(config)
     except ValueError as e:
         return _error(RunError(stage="config", message=str(e)), **base)
+    missing = _missing_checkout(baseline, candidate, b0)
+    if missing is not None:
+        return _error(missing, **base)
+    metric, direction = _objective_metric(config, bench_name, bench)
+    margin, prior, warnings = _test_settings(config, calibration, metric)
+    arms: dict[str, Path] = {"bk": baseline, "candidate": candidate}
+    if b0 is not None and b0.resolve() != baseline.resolve():
+        arms["b0"] = b0
+    elif b0 is not None:
+        warnings.append("B0 is the same checkout as Bk: the guards vs Bk cover B0")
+    return _Plan(
+        config=config,
+        bench_name=bench_name,
+        bench=bench,
+        base=base,
+        env=env,
+        drop=drop,
+        baseline=baseline,
+        arms=arms,
+        metric=metric,
+        direction=direction,
+        margin=margin,
+        prior=prior,
+        calibration=calibration,
+        warnings=warnings,
+    )
+
+
+def _missing_checkout(baseline: Path, candidate: Path, b0: Path | None) -> RunError | None:
+    """A RunError for the first checkout that is not a directory."""
     for name, path in (("baseline", baseline), ("candidate", candidate), ("b0", b0)):
         if path is not None and not path.is_dir():
-            return _error(
-                RunError(stage=name, message=f"checkout {path} is not a directory"), **base
-            )
+            return RunError(stage=name, message=f"checkout {path} is not a directory")
+    return None
 
-    # the objective on this benchmark
+
+def _objective_metric(
+    config: VerifyConfig, bench_name: str, bench: BenchmarkConfig
+) -> tuple[str, Direction]:
+    """The objective's metric and direction on this benchmark: on another
+    benchmark than the objective's, its metric when that one reports it, else
+    ``wall_s``."""
     if bench_name == config.objective.benchmark:
-        metric, direction = config.objective.metric, bench.known_metrics()[config.objective.metric]
-    else:
-        known = bench.known_metrics()
-        metric = config.objective.metric if config.objective.metric in known else "wall_s"
-        direction = known.get(metric, "lower")
-    min_gain = config.objective.min_gain
+        return config.objective.metric, bench.known_metrics()[config.objective.metric]
+    known = bench.known_metrics()
+    metric = config.objective.metric if config.objective.metric in known else "wall_s"
+    return metric, known.get(metric, "lower")
+
+
+def _test_settings(
+    config: VerifyConfig, calibration: Calibration | None, metric: str
+) -> tuple[float, dict[str, Any], list[str]]:
+    """(bias margin, prior, warnings) of the objective's test. The margin covers
+    only bias ABBA cannot cancel; the calibration's spread is a prior, used when
+    the calibration succeeded on this metric (a failed one is a warning)."""
+    v = config.verifier
     warnings: list[str] = []
     use_cal = calibration is not None and calibration.error is None
-    # the margin covers only bias ABBA cannot cancel; the calibration's spread is a prior
     margin = calibration.bias_margin(v.min_noise_margin) if use_cal else v.min_noise_margin
     prior = (
         dict(prior_sd=calibration.per_pair_sd, prior_df=calibration.prior_df)
@@ -532,169 +316,268 @@ def _verify(
             f"calibration failed ({calibration.error.message}); the test uses this "
             "verification's own spread only"
         )
+    return margin, prior, warnings
 
-    arms: dict[str, Path] = {"bk": baseline, "candidate": candidate}
-    if b0 is not None and b0.resolve() != baseline.resolve():
-        arms["b0"] = b0
-    elif b0 is not None:
-        warnings.append("B0 is the same checkout as Bk: the guards vs Bk cover B0")
-    judge = Evaluator(config, bench_name, arms)
-    qguards = config.quality_for(bench_name)
-    runs = 0
-    with Session(
+
+@dataclass
+class _Found:
+    """What the measurement found; the other benchmarks' guards add to it."""
+
+    look: ObjectiveLook  # the last look at the objective
+    guards: list[GuardResult]
+    metrics: list[MetricComparison]
+    runs: int
+    pairs: int
+    doubt: str | None  # the cross-check's reason for review, if any
+    gain_vs_b0: float | None
+    evaluator: Evaluator  # its warnings come after the other benchmarks'
+
+
+def _session(
+    plan: _Plan,
+    bench: BenchmarkConfig,
+    *,
+    seed: int,
+    on_run: Callable[[str, RunRecord, int], None],
+    progress: Progress | None,
+    isolation: Isolation | None,
+    run_offset: int = 0,
+) -> Session:
+    v = plan.config.verifier
+    return Session(
         bench,
-        arms,
-        seed=v.seed,
-        extra_env=env,
-        drop_env=drop,
+        plan.arms,
+        seed=seed,
+        extra_env=plan.env,
+        drop_env=plan.drop,
         progress=progress,
-        on_run=judge.on_run_for(qguards, arms),
+        on_run=on_run,
+        run_offset=run_offset,
         isolation=isolation,
         cpus=v.cpus,
         threads=v.threads,
-        base_checkout=baseline,
+        base_checkout=plan.baseline,
+    )
+
+
+def _sequential(
+    plan: _Plan, progress: Progress | None, isolation: Isolation | None
+) -> _Found | Verdict:
+    """Setup, warm-ups, then ABBA pairs look by look until the objective and
+    every guard are clear, one fails, or the cap; an ``error`` verdict when a
+    run fails."""
+    config, v = plan.config, plan.config.verifier
+    judge = Evaluator(config, plan.bench_name, plan.arms)
+    on_run = judge.on_run_for(config.quality_for(plan.bench_name), plan.arms)
+    with _session(
+        plan, plan.bench, seed=v.seed, on_run=on_run, progress=progress, isolation=isolation
     ) as s:
         err = s.setup() or s.warmup(v.warmup)
         if err is not None:
-            return _error(err, runs=s.runs, **base)
-        look = None
-        guard_results: list[GuardResult] = []
-        design = Design.from_schedule(
-            v.initial_pairs, v.step, v.max_pairs, alpha=v.alpha, gamma=v.spending_gamma
-        )
-        for target in design.looks:
-            err = s.add_pairs(target - s.pairs)
-            if err is not None:
-                return _error(err, runs=s.runs, pairs=s.pairs, **base)
-            c, r = s.values("candidate", metric), s.values("bk", metric)
-            for arm, vals in (("candidate", c), ("bk", r)):
-                if np.isnan(vals).any() or np.any(vals <= 0):
-                    return _error(
-                        RunError(
-                            stage=ARM_STAGE[arm],
-                            message=(
-                                f"objective metric '{metric}' is missing or not positive in "
-                                "some runs: "
-                                f"{[round(x, 6) for x in vals.tolist()]}"
-                            ),
-                        ),
-                        runs=s.runs,
-                        pairs=s.pairs,
-                        **base,
-                    )
-            gains = log_ratios(c, r) * (1 if direction == "higher" else -1)
-            look = judge_objective(gains, min_gain=min_gain, design=design, margin=margin, **prior)
-            guard_results = judge.guards(s, final=target == design.max_pairs)
-            if any(g.status == "fail" for g in guard_results) or look.decision == "reject":
-                break
-            if look.decision == "accept" and not any(g.status == "unclear" for g in guard_results):
-                break
-        runs = s.runs
-        pairs = s.pairs
-        metrics = judge.metrics(s)
+            return _error(err, runs=s.runs, **plan.base)
+        looked = _looks(plan, s, judge)
+        if isinstance(looked, Verdict):
+            return looked
+        look, guard_results = looked
         doubt = (
-            cross_check(s, metric, direction, look.gain, min_gain, v.level)
-            if v.cross_check and bench.metric_source(metric) == "benchmark"
+            cross_check(
+                s, plan.metric, plan.direction, look.gain, config.objective.min_gain, v.level
+            )
+            if v.cross_check and plan.bench.metric_source(plan.metric) == "benchmark"
             else None
         )
-        for arm in s.names:
-            warnings += value_warnings(f"{metric} ({_arm_label(arm)})", s.values(arm, metric))
-            why = explain_runs(s.records[arm])
-            if why:
-                warnings.append(f"{_arm_label(arm)} runs: {why}")
-        if "b0" in arms:
-            cb0 = s.values("b0", metric)
-            gain_vs_b0 = math.expm1(
-                float(np.mean(log_ratios(s.values("candidate", metric), cb0)))
-                * (1 if direction == "higher" else -1)
-            )
-        else:
-            gain_vs_b0 = None
-        base_failed = sum(rr.result.failed for rr in s.records["bk"] if rr.result is not None)
-        if base_failed:
-            warnings.append(f"the baseline itself had {base_failed} failed request(s)")
+        plan.warnings.extend(_run_warnings(s, plan.metric))
+        return _Found(
+            look=look,
+            guards=guard_results,
+            metrics=judge.metrics(s),
+            runs=s.runs,
+            pairs=s.pairs,
+            doubt=doubt,
+            gain_vs_b0=_gain_vs_b0(s, plan.metric, plan.direction),
+            evaluator=judge,
+        )
 
+
+def _looks(
+    plan: _Plan, s: Session, judge: Evaluator
+) -> tuple[ObjectiveLook, list[GuardResult]] | Verdict:
+    """Add pairs up to each look of the design and judge the objective and the
+    guards there; stop at a failed guard, a rejected objective, or an accepted
+    one with every guard clear. The last look and its guards, or an ``error``
+    verdict (a failed run, an objective value missing or not positive)."""
+    v = plan.config.verifier
+    look = None
+    guard_results: list[GuardResult] = []
+    design = Design.from_schedule(
+        v.initial_pairs, v.step, v.max_pairs, alpha=v.alpha, gamma=v.spending_gamma
+    )
+    for target in design.looks:
+        err = s.add_pairs(target - s.pairs) or _objective_values_error(s, plan.metric)
+        if err is not None:
+            return _error(err, runs=s.runs, pairs=s.pairs, **plan.base)
+        c, r = s.values("candidate", plan.metric), s.values("bk", plan.metric)
+        gains = log_ratios(c, r) * (1 if plan.direction == "higher" else -1)
+        min_gain = plan.config.objective.min_gain
+        look = judge_objective(
+            gains, min_gain=min_gain, design=design, margin=plan.margin, **plan.prior
+        )
+        guard_results = judge.guards(s, final=target == design.max_pairs)
+        if any(g.status == "fail" for g in guard_results) or look.decision == "reject":
+            break
+        if look.decision == "accept" and not any(g.status == "unclear" for g in guard_results):
+            break
     assert look is not None
-    sign = 1 if direction == "higher" else -1
+    return look, guard_results
+
+
+def _objective_values_error(s: Session, metric: str) -> RunError | None:
+    """A RunError when the objective's metric is missing or not positive in a
+    run of the candidate or of Bk (the candidate's checked first)."""
+    for arm in ("candidate", "bk"):
+        vals = s.values(arm, metric)
+        if np.isnan(vals).any() or np.any(vals <= 0):
+            return RunError(
+                stage=ARM_STAGE[arm],
+                message=(
+                    f"objective metric '{metric}' is missing or not positive in some runs: "
+                    f"{[round(x, 6) for x in vals.tolist()]}"
+                ),
+            )
+    return None
+
+
+def _run_warnings(s: Session, metric: str) -> list[str]:
+    """Per arm: odd values of the objective's metric, and what the machine says
+    about the runs' noise; then failed requests of the baseline itself."""
+    warnings: list[str] = []
+    for arm in s.names:
+        warnings += value_warnings(f"{metric} ({arm_label(arm)})", s.values(arm, metric))
+        why = explain_runs(s.records[arm])
+        if why:
+            warnings.append(f"{arm_label(arm)} runs: {why}")
+    base_failed = sum(rr.result.failed for rr in s.records["bk"] if rr.result is not None)
+    if base_failed:
+        warnings.append(f"the baseline itself had {base_failed} failed request(s)")
+    return warnings
+
+
+def _gain_vs_b0(s: Session, metric: str, direction: Direction) -> float | None:
+    """The candidate's mean gain over B0 on the objective's metric (None without B0)."""
+    if "b0" not in s.records:
+        return None
+    cb0 = s.values("b0", metric)
+    return math.expm1(
+        float(np.mean(log_ratios(s.values("candidate", metric), cb0)))
+        * (1 if direction == "higher" else -1)
+    )
+
+
+def _objective(plan: _Plan, found: _Found) -> ObjectiveResult:
+    """The objective's result at the last look, as ratios and gains."""
+    look = found.look
+    sign = 1 if plan.direction == "higher" else -1
     est = look.log_gain
     ratio_lo, ratio_hi = sorted((math.exp(sign * est.low), math.exp(sign * est.high)))
-    objective = ObjectiveResult(
-        benchmark=bench_name,
-        metric=metric,
-        direction=direction,
+    return ObjectiveResult(
+        benchmark=plan.bench_name,
+        metric=plan.metric,
+        direction=plan.direction,
         ratio=math.exp(sign * est.point),
         ratio_ci=Interval(low=ratio_lo, high=ratio_hi, level=est.level),
         gain=look.gain,
         gain_ci=Interval(low=look.gain_low, high=look.gain_high, level=est.level),
-        gain_vs_b0=gain_vs_b0,
+        gain_vs_b0=found.gain_vs_b0,
         p_value=look.p_value,
-        min_gain=min_gain,
-        noise_margin=margin,
+        min_gain=plan.config.objective.min_gain,
+        noise_margin=plan.margin,
     )
 
-    # guards on other benchmarks, once the objective is accepted
-    other = sorted(
-        {g.benchmark for g in config.guards if g.benchmark and g.benchmark != bench_name}
-        | {q.benchmark for q in config.quality if q.benchmark and q.benchmark != bench_name}
+
+def _other_benchmarks_due(plan: _Plan, found: _Found) -> bool:
+    """Guards on other benchmarks are measured only once the objective is
+    accepted on its own benchmark with no guard failed."""
+    return (
+        found.look.decision == "accept"
+        and not any(g.status == "fail" for g in found.guards)
+        and plan.bench_name == plan.config.objective.benchmark
     )
-    if (
-        look.decision == "accept"
-        and not any(g.status == "fail" for g in guard_results)
-        and bench_name == config.objective.benchmark
-    ):
-        for other_name in other:
-            ob = config.benchmarks[other_name]
-            oj = Evaluator(config, other_name, arms)
-            with Session(
-                ob,
-                arms,
-                seed=_seed(v.seed, other_name),
-                extra_env=env,
-                drop_env=drop,
-                progress=progress,
-                on_run=oj.on_run_for(config.quality_for(other_name), arms),
-                run_offset=runs,
-                isolation=isolation,
-                cpus=v.cpus,
-                threads=v.threads,
-                base_checkout=baseline,
-            ) as os_:
-                err = os_.setup() or os_.warmup(v.warmup) or os_.add_pairs(v.initial_pairs)
-                runs += os_.runs
-                if err is not None:
-                    return _error(err, runs=runs, pairs=pairs, objective=objective, **base)
-                guard_results += oj.guards(os_, final=True)
-                metrics += [
-                    m.model_copy(update={"name": f"{other_name}.{m.name}"})
-                    for m in oj.metrics(os_)
-                    if _category(m.name)
-                ]
-                warnings += oj.warnings
-    warnings += judge.warnings
-    if calibration is None:
+
+
+def _other_benchmark_guards(
+    plan: _Plan,
+    found: _Found,
+    objective: ObjectiveResult,
+    progress: Progress | None,
+    isolation: Isolation | None,
+) -> Verdict | None:
+    """Measure every other benchmark a guard names (``initial_pairs`` pairs,
+    judged as at a last look): its guards and tradeoff metrics go to ``found``,
+    its warnings to ``plan``; an ``error`` verdict when a run fails."""
+    config, v = plan.config, plan.config.verifier
+    other = sorted(
+        {g.benchmark for g in config.guards if g.benchmark and g.benchmark != plan.bench_name}
+        | {q.benchmark for q in config.quality if q.benchmark and q.benchmark != plan.bench_name}
+    )
+    for other_name in other:
+        oj = Evaluator(config, other_name, plan.arms)
+        on_run = oj.on_run_for(config.quality_for(other_name), plan.arms)
+        bench, seed = config.benchmarks[other_name], derived_seed(v.seed, other_name)
+        with _session(
+            plan,
+            bench,
+            seed=seed,
+            on_run=on_run,
+            progress=progress,
+            isolation=isolation,
+            run_offset=found.runs,
+        ) as os_:
+            err = os_.setup() or os_.warmup(v.warmup) or os_.add_pairs(v.initial_pairs)
+            found.runs += os_.runs
+            if err is not None:
+                return _error(
+                    err, runs=found.runs, pairs=found.pairs, objective=objective, **plan.base
+                )
+            found.guards += oj.guards(os_, final=True)
+            found.metrics += [
+                m.model_copy(update={"name": f"{other_name}.{m.name}"})
+                for m in oj.metrics(os_)
+                if _category(m.name)
+            ]
+            plan.warnings.extend(oj.warnings)
+    return None
+
+
+def _conclude(
+    plan: _Plan, found: _Found, objective: ObjectiveResult, progress: Progress | None
+) -> Verdict:
+    """The decision (``decide``; an accept the cross-check doubts is a
+    review), the last warnings, and the verdict."""
+    warnings = plan.warnings + found.evaluator.warnings
+    if plan.calibration is None:
         warnings.append(
             "no calibration given: the test uses this verification's own spread only "
-            f"(bias margin {margin:.1%})"
+            f"(bias margin {plan.margin:.1%})"
         )
-
-    decision, reason, quarantined = _decide(look, guard_results, pairs, v.max_pairs)
-    if doubt is not None and decision == "accept":
-        decision, reason = "review", doubt
-    elif doubt is not None:
-        warnings.append(doubt)
-    _emit_done(progress, runs, pairs, bench_name, decision)
+    max_pairs = plan.config.verifier.max_pairs
+    decision, reason, quarantined = decide(found.look, found.guards, max_pairs)
+    if found.doubt is not None and decision == Decision.ACCEPT:
+        decision, reason = Decision.REVIEW, found.doubt
+    elif found.doubt is not None:
+        warnings.append(found.doubt)
+    _emit_done(progress, found.runs, found.pairs, plan.bench_name, decision)
     return Verdict(
         decision=decision,
         reason=reason,
         objective=objective,
-        metrics=tuple(metrics),
-        guards=tuple(guard_results),
-        tradeoffs=tuple(tradeoffs(metrics)),
+        metrics=tuple(found.metrics),
+        guards=tuple(found.guards),
+        tradeoffs=tuple(tradeoffs(found.metrics)),
         warnings=tuple(dict.fromkeys(warnings)),
-        pairs=pairs,
-        runs=runs,
+        pairs=found.pairs,
+        runs=found.runs,
         quarantined=quarantined,
-        **base,
+        **plan.base,
     )
 
 
@@ -758,40 +641,42 @@ def _clock(s: Session, arm: str) -> np.ndarray | None:
     return wall if wall.size else None
 
 
-def _arm_label(arm: str) -> str:
-    return {"bk": "Bk", "b0": "B0", "candidate": "candidate"}.get(arm, arm)
-
-
-def _emit_done(progress: Progress | None, runs: int, pairs: int, bench: str, decision: str) -> None:
+def _emit_done(
+    progress: Progress | None, runs: int, pairs: int, bench: str, decision: Decision
+) -> None:
+    """The last progress event (its message: the decision); a failing callback is ignored."""
     if progress is None:
         return
     try:
-        progress(ProgressEvent("done", runs, runs, "", pairs, bench, decision))
+        progress(ProgressEvent("done", runs, runs, "", pairs, bench, decision.value))
     except Exception:  # noqa: BLE001
         pass
 
 
-def _decide(look, guards: list[GuardResult], pairs: int, max_pairs: int) -> tuple[str, str, bool]:
+def decide(
+    look: ObjectiveLook, guards: list[GuardResult], max_pairs: int
+) -> tuple[Decision, str, bool]:
+    """(decision, reason, quarantined) from the objective's last look and every
+    guard: reject > inconclusive > review (quarantined above 10x, a guard
+    unclear, a gain above 2x) > accept."""
     failed = [g for g in guards if g.status == "fail"]
     unclear = [g for g in guards if g.status == "unclear"]
     if failed:
-        names = "; ".join(
-            f"{g.name} vs {REF_LABEL.get(g.against, g.against)}: {g.detail}" for g in failed
-        )
+        names = "; ".join(f"{g.name} vs {arm_label(g.against)}: {g.detail}" for g in failed)
         if look.decision == "reject":
-            return "reject", f"objective {look.reason}; guard failed too: {names}", False
-        return "reject", f"guard failed: {names}", False
+            return Decision.REJECT, f"objective {look.reason}; guard failed too: {names}", False
+        return Decision.REJECT, f"guard failed: {names}", False
     if look.decision == "reject":
-        return "reject", f"objective {look.reason}", False
+        return Decision.REJECT, f"objective {look.reason}", False
     if look.decision != "accept":
         return (
-            "inconclusive",
+            Decision.INCONCLUSIVE,
             f"objective still {look.reason} (cap of {max_pairs} pairs reached)",
             False,
         )
     if look.gain > QUARANTINE_GAIN:
         return (
-            "review",
+            Decision.REVIEW,
             (
                 f"QUARANTINED: gain {look.gain:+.0%} is more than 10x; such gains are almost "
                 "always a broken "
@@ -801,18 +686,16 @@ def _decide(look, guards: list[GuardResult], pairs: int, max_pairs: int) -> tupl
             True,
         )
     if unclear:
-        names = "; ".join(
-            f"{g.name} vs {REF_LABEL.get(g.against, g.against)}: {g.detail}" for g in unclear
-        )
+        names = "; ".join(f"{g.name} vs {arm_label(g.against)}: {g.detail}" for g in unclear)
         return (
-            "review",
+            Decision.REVIEW,
             f"objective accepted ({look.reason}) but a guard is unclear: {names}",
             False,
         )
     if look.gain > SUSPICIOUS_GAIN:
         return (
-            "review",
+            Decision.REVIEW,
             f"suspicious gain {look.gain:+.0%} (more than 2x): accepted only after a human looks",
             False,
         )
-    return "accept", look.reason, False
+    return Decision.ACCEPT, look.reason, False

@@ -5,6 +5,9 @@ Each check compares the candidate's outputs with a reference arm's (Bk or B0),
 taken from the first measured run of each arm (``snapshot``: files are read at
 once, before a later run can overwrite them).
 
+``evaluate`` judges one guard on two such snapshots and returns the
+``GuardResult`` the verdict carries.
+
 Output files were written by untrusted code: they are read only as regular
 files (``O_NOFOLLOW``: a symlink is an error, never followed; never a FIFO or
 device), size-capped, and only inside the run's dirs (no ``..``, no symlinked
@@ -22,6 +25,7 @@ import re
 import stat
 import string
 import wave
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,7 @@ import numpy as np
 
 from .config import TOLERANCES, QualityGuard
 from .protocol import ProtocolError, read_regular
+from .verdict import Against, GuardResult, arm_label
 
 _PUNCT = re.compile(
     "[" + re.escape(string.punctuation) + "\u2018\u2019\u201c\u201d\u2013\u2014\u2026]"
@@ -420,3 +425,138 @@ def compare_files(
     if math.isinf(worst) and worst > 0:
         detail = f"{len(names)} files identical to {ref_label}"
     return ok, worst, detail + ("" if ok else f": below {bound:g} dB")
+
+
+# ---- one guard on two snapshots ------------------------------------------------
+
+
+def evaluate(
+    guard: QualityGuard,
+    candidate: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    against: Against,
+    warn: Callable[[str], None] | None = None,
+) -> GuardResult:
+    """Judge ``guard`` on the candidate's ``snapshot`` against a reference
+    arm's (``against``: ``bk`` or ``b0``); never raises.
+
+    Status: ``fail`` when the candidate's outputs are missing, unreadable or
+    beyond the bound; ``skipped`` when the reference arm's are (``warn`` then
+    receives a sentence for the verdict's warnings); else ``pass``.
+    """
+    warn = warn or (lambda _text: None)
+    if guard.files:
+        return _file_guard(guard, candidate, reference, against, warn)
+    base: dict[str, Any] = dict(
+        name=guard.label, kind=guard.kind, metric=f"outputs.{guard.output}", against=against
+    )
+    rl = arm_label(against)
+    need = [guard.output] + ([guard.reference] if guard.reference else [])
+    for key in need:
+        if isinstance(reference.get(key), QualityError) or key not in reference:
+            why = reference.get(key, "no snapshot")
+            warn(f"quality guard {guard.label}: {rl} lacks outputs.{key} ({why}); not checked")
+            return GuardResult(**base, status="skipped", detail=f"{rl}: {why}")
+    if isinstance(candidate.get(guard.output), QualityError) or guard.output not in candidate:
+        return GuardResult(
+            **base, status="fail", detail=f"candidate: {candidate.get(guard.output, 'no outputs')}"
+        )
+    check = {"wer": _wer_guard, "output_length": _length_guard}.get(guard.kind, _allclose_guard)
+    try:
+        return GuardResult(**base, **check(guard, candidate, reference, rl))
+    except QualityError as e:
+        return GuardResult(**base, status="fail", detail=str(e))
+
+
+def _wer_guard(
+    q: QualityGuard, cand: Mapping[str, Any], refs: Mapping[str, Any], rl: str
+) -> dict[str, Any]:
+    """WER of the candidate's texts, against ground truth (``q.reference``) or
+    the reference arm's texts; raises QualityError."""
+    hyp = _texts(cand[q.output], f"candidate outputs.{q.output}")
+    if q.reference:
+        truth = _texts(refs[q.reference], f"{rl} outputs.{q.reference}")
+        w_c = corpus_wer(truth, hyp)
+        w_r = corpus_wer(truth, _texts(refs[q.output], f"{rl} outputs.{q.output}"))
+        against_what = f"ground truth outputs.{q.reference}"
+    else:
+        w_c = corpus_wer(_texts(refs[q.output], f"{rl} outputs.{q.output}"), hyp)
+        w_r = 0.0
+        against_what = f"{rl}'s outputs"
+    delta = w_c - w_r
+    bounds, fails = [], []
+    if q.max is not None:
+        bounds.append(f"<= {q.max:.2%}")
+        if w_c > q.max:
+            fails.append(f"WER {w_c:.2%} > {q.max:.2%}")
+    if q.max_delta is not None:
+        bounds.append(f"delta <= {q.max_delta:+.2%}")
+        if delta > q.max_delta:
+            fails.append(f"WER rose by {delta:+.2%} > {q.max_delta:+.2%}")
+    detail = f"WER {w_c:.2%} against {against_what}" + (
+        f" ({rl} {w_r:.2%}, delta {delta:+.2%})" if q.reference else ""
+    )
+    if fails:
+        detail += ": " + "; ".join(fails)
+    return dict(
+        bound="; ".join(bounds), value=w_c, status="fail" if fails else "pass", detail=detail
+    )
+
+
+def _length_guard(
+    q: QualityGuard, cand: Mapping[str, Any], refs: Mapping[str, Any], rl: str
+) -> dict[str, Any]:
+    """Relative change of the output's length (``output_length``); raises QualityError."""
+    lc = output_length(cand[q.output])
+    lr = output_length(refs[q.output])
+    if lr == 0:
+        ok = lc == 0
+        change = 0.0 if ok else float("inf")
+    else:
+        change = lc / lr - 1
+        ok = abs(change) <= q.max_change
+    return dict(
+        bound=f"within ±{q.max_change:.1%}",
+        value=change,
+        status="pass" if ok else "fail",
+        detail=f"length {lc:g} vs {rl} {lr:g} ({change:+.2%})",
+    )
+
+
+def _allclose_guard(
+    q: QualityGuard, cand: Mapping[str, Any], refs: Mapping[str, Any], rl: str
+) -> dict[str, Any]:
+    """Tensors within the per-dtype tolerances (``allclose``)."""
+    ok, err, detail = allclose(cand[q.output], refs[q.output], q)
+    return dict(
+        bound="per-dtype tolerance", value=err, status="pass" if ok else "fail", detail=detail
+    )
+
+
+def _file_guard(
+    q: QualityGuard,
+    candidate: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    against: Against,
+    warn: Callable[[str], None],
+) -> GuardResult:
+    """waveform / tensor: the run's output files, matched by name."""
+    key, rl = file_key(q), arm_label(against)
+    base: dict[str, Any] = dict(
+        name=q.label, kind=q.kind, metric=f"files {q.files}", against=against
+    )
+    base["bound"] = f">= {q.min_snr_db:g} dB" if q.kind == "waveform" else "per-dtype tolerance"
+    cand = candidate.get(key, QualityError("no candidate run"))
+    refv = reference.get(key, QualityError("no snapshot"))
+    if isinstance(refv, QualityError):
+        warn(f"quality guard {q.label}: {rl}: {refv}; not checked")
+        return GuardResult(**base, status="skipped", detail=f"{rl}: {refv}")
+    if isinstance(cand, QualityError):
+        return GuardResult(**base, status="fail", detail=f"candidate: {cand}")
+    try:
+        ok, value, detail = compare_files(cand, refv, q, rl)
+    except QualityError as e:
+        warn(f"quality guard {q.label}: {e}; not checked")
+        return GuardResult(**base, status="skipped", detail=str(e))
+    value = value if math.isfinite(value) else None
+    return GuardResult(**base, value=value, status="pass" if ok else "fail", detail=detail)

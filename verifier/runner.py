@@ -54,7 +54,6 @@ __all__ = [
     "CommandResult",
     "RunRecord",
     "child_env",
-    "run_command",
     "run_once",
     "run_setup",
 ]
@@ -90,20 +89,6 @@ class RunRecord:
         if self.cpu_s is not None:
             out["cpu_s"] = self.cpu_s
         return out
-
-
-def run_command(
-    command: str,
-    *,
-    cwd: Path,
-    env: dict[str, str],
-    timeout_s: float,
-    ready_pattern: str | None = None,
-    measure: bool = True,
-) -> CommandResult:
-    """Run a shell command in its own process group on this host; never raises."""
-    iso = ProcessIsolation(base_env=env)
-    return run_job(iso, Job(command, Path(cwd), {}, timeout_s, ready_pattern=ready_pattern))
 
 
 def _common_env(bench: BenchmarkConfig) -> dict[str, str]:

@@ -85,32 +85,6 @@ def bootstrap_ci(
     return Estimate(point, float(point - f * (point - lo)), float(point + f * (hi - point)), level)
 
 
-def robust_sd(x) -> float:
-    """Standard deviation after winsorizing at 3 robust sds (1.4826 x MAD) around
-    the median: near the classic sd on clean data, not inflated by one outlier."""
-    x = np.asarray(x, dtype=float)
-    if x.size < 2:
-        return 0.0
-    med = float(np.median(x))
-    mad_sd = float(1.4826 * np.median(np.abs(x - med)))
-    if mad_sd > 0:
-        x = np.clip(x, med - 3 * mad_sd, med + 3 * mad_sd)
-    return float(np.std(x, ddof=1))
-
-
-def wilcoxon_p(d, alternative: str = "greater") -> float:
-    """Paired signed-rank p-value of ``d`` (differences); 1.0 when undefined."""
-    d = np.asarray(d, dtype=float)
-    if d.size < 2 or np.all(d == 0):
-        return 1.0
-    try:
-        res = _st.wilcoxon(d, alternative=alternative, zero_method="wilcox")
-    except ValueError:
-        return 1.0
-    p = float(res.pvalue)
-    return p if math.isfinite(p) else 1.0
-
-
 def percentile_ratio_ci(
     candidate,
     reference,

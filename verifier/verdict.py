@@ -18,19 +18,44 @@ Conventions
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA = "rsi.verdict/1"
 
-Decision = Literal["accept", "review", "reject", "inconclusive", "error"]
+
+class Decision(StrEnum):
+    """What the verifier concludes about one candidate.
+
+    The values are the strings written in verdict JSON, so a member compares
+    equal to its string (``Decision.ACCEPT == "accept"``) and older verdicts
+    read back unchanged. Precedence when several apply (``judge``):
+    reject > inconclusive > review > accept; ``error`` is an infrastructure
+    failure, never a regression.
+    """
+
+    ACCEPT = "accept"
+    REVIEW = "review"  # accepted only after a human looks (a large gain, an unclear guard)
+    REJECT = "reject"
+    INCONCLUSIVE = "inconclusive"  # the objective still unclear at the cap of pairs
+    ERROR = "error"
+
+
 Direction = Literal["higher", "lower"]
 GuardStatus = Literal["pass", "fail", "unclear", "skipped"]
 Against = Literal["bk", "b0"]
 MetricSource = Literal[
     "verifier", "client", "evaluator", "benchmark", "declared", "measured", "samples"
 ]
+ARM_LABEL = {"bk": "Bk", "b0": "B0", "candidate": "candidate"}
+"""How reasons, details and warnings name an arm (``against`` is ``bk`` or ``b0``)."""
+
+
+def arm_label(arm: str) -> str:
+    """``ARM_LABEL``'s word for ``arm``, or ``arm`` itself."""
+    return ARM_LABEL.get(arm, arm)
 
 
 class _Frozen(BaseModel):
@@ -176,4 +201,4 @@ class Verdict(_Frozen):
 
     @property
     def accepted(self) -> bool:
-        return self.decision == "accept"
+        return self.decision == Decision.ACCEPT

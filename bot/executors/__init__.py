@@ -4,13 +4,14 @@
 * ``actions``: on the target repo's self-hosted runners through GitHub
   Actions (:mod:`.actions`): dispatched here, run by ``rsi worker`` there,
   ingested on ``workflow_run.completed``.
+
+Which jobs are heavy, and what each does here, on a runner and at ingestion,
+is in one registry: :data:`bot.tasks.JOBS`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
-
-HEAVY = ("run_task", "rebaseline", "reverify")
 
 
 class Executor(Protocol):

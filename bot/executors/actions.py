@@ -6,7 +6,7 @@ Bot side::
                    default branch, inputs: job (JSON), runner_labels (JSON list)
     workflow_run.completed -> list the run's artifacts -> download "rsi-result"
                    -> result.json (job + loop events) and branches.bundle
-                   -> the same bookkeeping as a local run (bot.jobs)
+                   -> the same bookkeeping as a local run (each job's ``ingest``, bot.tasks)
 
 Only runs the bot dispatched are ingested (:func:`run_problem`, :func:`ingest`):
 a ``workflow_dispatch`` run of the job workflow, on the default branch of the
@@ -36,17 +36,22 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from bot import checks, jobs, obs, render
+from bot import checks, obs, render
 from bot.context import Context, harness_task_id
-from bot.harness_port import event_view
 from bot.status import refresh_status
+from bot.tasks import job as job_of
+from bot.tasks.clone import commit_of, ensure_clone
+from bot.tasks.common import best_effort, candidate_of
+from bot.vocab import JobKind, TaskState
 from bot.worker import JobRun, Permanent, Retry
 from harness.gitutil import GitError, git, rev_parse
 
 log = logging.getLogger("rsi.bot.actions")
 
 ARTIFACT = "rsi-result"
-RESULT_SCHEMA = "rsi.job-result/1"
+RESULT_SCHEMA = "rsi.job-result/2"
+"""/2: typed loop events (``harness.events``), and the job's own result (``result``:
+a ``TaskResult``; ``rebaseline``: a ``RebaselineResult``; ``verdict``)."""
 JOB_SCHEMA = "rsi.job/1"
 
 
@@ -63,8 +68,8 @@ def job_document(ctx: Context, run: JobRun) -> dict[str, Any]:
         "proposal": task.proposal or "", "budget": task.budget, "bk_sha": task.bk_sha,
     }
     if run.job.kind == "reverify":
-        cand = jobs._candidate(ctx, task, run.payload.get("generation", task.generation),
-                               run.payload["n"])
+        cand = candidate_of(ctx, task, run.payload.get("generation", task.generation),
+                            run.payload["n"])
         doc["branch"] = cand.branch
         doc["sha"] = cand.sha
     return doc
@@ -101,18 +106,18 @@ class ActionsExecutor:
     def run(self, ctx: Context, run: JobRun) -> str:
         doc = job_document(ctx, run)
         repo = doc["repo"]
-        if run.job.kind == "run_task":
+        if run.job.kind == JobKind.RUN_TASK:
             t = ctx.store.task(run.payload["task_id"])
             if t.generation != run.payload["generation"]:
                 return "superseded"
-            ctx.store.update_task(t.id, state="running" if t.b0_sha else "baseline")
+            ctx.store.update_task(t.id, state=TaskState.RUNNING if t.b0_sha else TaskState.BASELINE)
         task = ctx.store.task(run.payload["task_id"])
         base = task.bk_sha
         if not base:
-            clone, default = jobs.ensure_clone(ctx, task)
-            base = rev_parse(clone, f"refs/remotes/origin/{default}")
+            clone, default = ensure_clone(ctx, task)
+            base = commit_of(clone, f"refs/remotes/origin/{default}")
         labels = runner_labels(ctx, task)
-        if run.job.kind in ("run_task", "reverify"):  # a rebaseline reports per candidate
+        if run.job.kind in (JobKind.RUN_TASK, JobKind.REVERIFY):  # a rebaseline reports per candidate
             checks.ensure(ctx, task, run.job.id, run.job.kind, head_sha=doc.get("sha"),
                           n=(run.payload.get("n") if run.job.kind == "reverify" else None))
         doc["nonce"] = nonce = secrets.token_hex(16)
@@ -125,8 +130,8 @@ class ActionsExecutor:
         if run_id:
             ctx.store.set_dispatch_run(nonce, int(run_id))
         checks.dispatched(ctx, repo, run.job.id, int(run_id) if run_id else None, labels)
-        jobs._best_effort(refresh_status, ctx, doc["payload"]["task_id"],
-                          note=f"Dispatched to runners `{', '.join(labels)}`.")
+        best_effort(refresh_status, ctx, doc["payload"]["task_id"],
+                    note=f"Dispatched to runners `{', '.join(labels)}`.")
         return f"dispatched {run.job.kind} to {ctx.settings.job_workflow} ({', '.join(labels)})"
 
 
@@ -198,46 +203,43 @@ def _apply(ctx: Context, repo: str, rec: Any, result: dict[str, Any], bundle: by
     obs.bind_task(task.id)
     if task.generation != rec.generation:
         return "superseded"
-    clone, _default = jobs.ensure_clone(ctx, task)
+    clone, _default = ensure_clone(ctx, task)
     heads = import_bundle(clone, bundle, harness_task_id(task.issue, task.generation),
                           rec.base_sha) if bundle else {}
-    events = [ev for ev in (event_view(e) for e in result.get("events", []))
-              if _event_fits(ev, heads)]
     kind = job["kind"]
     job_id = job.get("job_id") if isinstance(job.get("job_id"), int) else None
     if result.get("error"):
-        jobs._best_effort(refresh_status, ctx, task.id,
-                          note="⚠️ The runner's job failed (infrastructure, not the change): "
-                               + render.inert(str(result["error"])[:500], one_line=True))
+        best_effort(refresh_status, ctx, task.id,
+                    note="⚠️ The runner's job failed (infrastructure, not the change): "
+                         + render.inert(str(result["error"])[:500], one_line=True))
         if job_id is not None:
             checks.fail_job(ctx, job_id, str(result["error"])[:500])
-        if kind == "run_task":
-            ctx.store.update_task(task.id, generation=task.generation, state="failed")
+        if kind == JobKind.RUN_TASK:
+            ctx.store.update_task(task.id, generation=task.generation, state=TaskState.FAILED)
         return f"runner error: {str(result['error'])[:200]}"
-    if kind == "run_task":
-        watcher = jobs.RunWatcher(ctx, task, task.generation, job_id=job_id)
-        for ev in events:
-            watcher(ev)
-        return watcher.finish(str(result.get("status", "finished")),
-                              str(result.get("reason", "")))
-    if kind == "rebaseline":
-        sha = job["payload"].get("ref") or result.get("bk_sha")
-        if not isinstance(sha, str) or not rev_parse(clone, sha):
-            raise Permanent(f"the rebaseline result names an unknown commit {str(sha)[:40]!r}")
-        old = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
-        outcomes = [e for e in events if e.kind == "reverified"]
-        return jobs.apply_rebaseline(ctx, task, clone, sha, job["payload"].get("merged_pr"),
-                                     outcomes, old)
-    if kind == "reverify":
-        from verifier.verdict import Verdict
+    try:
+        ingest = job_of(kind).ingest
+    except KeyError as e:
+        raise Permanent(f"{e.args[0]} in the dispatch record") from None
+    if ingest is None:
+        raise Permanent(f"job kind {kind!r} does not run on runners")
+    return ingest(ctx, task, clone, job, result, heads=heads, events=load_events(result),
+                  job_id=job_id)
 
-        cand = jobs._candidate(ctx, task, job["payload"].get("generation", task.generation),
-                               job["payload"]["n"])
-        verdict = Verdict.model_validate(result["verdict"])
-        head = rev_parse(clone, f"refs/heads/{cand.branch}") or job.get("sha")
-        return jobs.apply_reverify(ctx, task, cand, verdict, head, clone,
-                                   job["payload"].get("requested_by"), job_id=job_id)
-    raise Permanent(f"unknown job kind {kind!r} in the dispatch record")
+
+def load_events(result: dict[str, Any]) -> list[Any]:
+    """The runner's loop events, each validated (``harness.events``); one that is
+    not an event is dropped with a warning. Events only drive progress."""
+    from harness.events import load_event
+
+    raw = result.get("events")
+    events = []
+    for i, data in enumerate(raw if isinstance(raw, list) else []):
+        try:
+            events.append(load_event(data))
+        except ValueError as e:
+            log.warning("dropping event %d of the runner's result: %s", i, str(e)[:200])
+    return events
 
 
 INCOMING = "refs/rsi-incoming/"
@@ -271,7 +273,7 @@ def import_bundle(clone: Any, bundle: bytes, task_id: str, base: str | None) -> 
                 taken[branch] = sha
             else:
                 log.warning("bundle ref %s (%s) refused: not an expected branch of task %s "
-                            "descending from %s", branch, sha[:10], task_id, (base or "?")[:10])
+                            "descending from %s", branch, sha[:12], task_id, (base or "?")[:12])
     finally:
         for line in git(clone, "for-each-ref", "--format=%(refname)", INCOMING).splitlines():
             git(clone, "update-ref", "-d", line.strip())
@@ -284,18 +286,3 @@ def _descends(clone: Any, sha: str, base: str) -> bool:
         return True
     except GitError:
         return False
-
-
-def _event_fits(ev: Any, heads: dict[str, str]) -> bool:
-    """A loop event that names a branch must name one we took, at its head."""
-    branch, sha = ev.get("branch"), ev.get("sha")
-    if ev.kind not in ("candidate", "reverified") or not (branch or sha):
-        return True
-    if ev.kind == "reverified" and (ev.data.get("data") or {}).get("outcome") in ("conflict",
-                                                                                 "merged"):
-        return True
-    ok = isinstance(branch, str) and heads.get(branch) == sha
-    if not ok:
-        log.warning("dropping a %s event for %s@%s: not a branch head taken from the bundle",
-                    ev.kind, branch, str(sha)[:10])
-    return ok

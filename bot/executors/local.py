@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot import jobs
+from bot.tasks import job
 
 
 class LocalExecutor:
     name = "local"
 
     def run(self, ctx: Any, run: Any) -> str:
-        return getattr(jobs, run.job.kind)(ctx, run)
+        return job(run.job.kind).run(ctx, run)

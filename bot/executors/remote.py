@@ -16,25 +16,14 @@ from typing import Any
 
 from bot.executors.actions import JOB_SCHEMA, RESULT_SCHEMA
 from bot.harness_port import HarnessPort, RealHarness
+from bot.tasks import JOBS
 from harness.gitutil import git
-
-
-def _default(o: Any) -> Any:
-    if hasattr(o, "to_json"):  # Verdict: by alias ("schema")
-        return json.loads(o.to_json())
-    if hasattr(o, "model_dump"):
-        return o.model_dump(mode="json", by_alias=True)
-    return str(o)
-
-
-def _jsonable_event(ev: Any) -> dict[str, Any]:
-    if hasattr(ev, "model_dump"):
-        ev = {k: getattr(ev, k) for k in type(ev).model_fields}
-    return json.loads(json.dumps(ev, default=_default))
 
 
 def execute(job: dict[str, Any], *, repo: Path, out: Path, state_dir: Path,
             harness: HarnessPort | None = None) -> dict[str, Any]:
+    from harness.events import dump_event
+
     harness = harness or RealHarness()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -43,6 +32,9 @@ def execute(job: dict[str, Any], *, repo: Path, out: Path, state_dir: Path,
     try:
         if job.get("schema") != JOB_SCHEMA:
             raise ValueError(f"unknown job schema {job.get('schema')!r}")
+        on_runner = JOBS[job["kind"]].on_runner if job.get("kind") in JOBS else None
+        if on_runner is None:
+            raise ValueError(f"unknown job kind {job.get('kind')!r}")
         repo = Path(repo).resolve()
         sd = Path(state_dir) / job["repo"].replace("/", "__") / f"issue-{job['issue']}" / \
             f"gen-{job['generation']}"
@@ -50,26 +42,8 @@ def execute(job: dict[str, Any], *, repo: Path, out: Path, state_dir: Path,
         spec = harness.build_task(harness.load_config(repo, default), job.get("proposal"),
                                   job["task_id"], title=f"#{job['issue']}",
                                   repo_files=harness.repo_files(repo, default))
-        kind = job["kind"]
-        if kind == "run_task":
-            res = harness.run_task(repo, spec, state_dir=sd, keep="propose",
-                                   rounds=job.get("budget"), should_stop=lambda: False,
-                                   on_event=lambda ev: events.append(_jsonable_event(ev)))
-            result["status"] = getattr(res, "status", "finished")
-            result["reason"] = getattr(res, "reason", "")
-        elif kind == "rebaseline":
-            ref = job["payload"].get("ref") or f"origin/{default}"
-            res = harness.rebaseline(repo, spec, ref, state_dir=sd,
-                                     on_event=lambda ev: events.append(_jsonable_event(ev)))
-            result["bk_sha"] = getattr(res, "bk_sha", None)
-        elif kind == "reverify":
-            branch = job["branch"]
-            git(repo, "fetch", "--quiet", "origin", f"+refs/heads/{branch}:refs/heads/{branch}",
-                check=False)
-            verdict = harness.reverify(repo, spec, branch, state_dir=sd)
-            result["verdict"] = json.loads(verdict.to_json())
-        else:
-            raise ValueError(f"unknown job kind {kind!r}")
+        result.update(on_runner(harness, repo, spec, job, state_dir=sd, default=default,
+                                on_event=lambda ev: events.append(dump_event(ev))))
         _bundle(repo, out / "branches.bundle")
     except Exception as exc:  # noqa: BLE001 - reported in the result, never raised
         result["error"] = f"{type(exc).__name__}: {exc}"

@@ -22,6 +22,7 @@ from bot import checks, obs, render
 from bot.context import TRUSTED_ROLES, Context, sender_of, task_lane
 from bot.status import refresh_status, task_usage
 from bot.store import Task
+from bot.vocab import ACTIVE, DEAD_ENDS, TASK_STATE_WORDS, CandidateState, JobKind, TaskState
 
 EVENTS = ("issue_comment.created",)
 
@@ -176,39 +177,38 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
     if cmd.name == "status":
         refresh_status(ctx, task.id)
         t = ctx.store.task(task.id)
-        return True, (f"status: {render.STATE_WORDS.get(t.state, t.state)}; rounds "
+        return True, (f"status: {TASK_STATE_WORDS.get(t.state, t.state)}; rounds "
                       f"{t.rounds_done}" + (f" of {t.budget}" if t.budget else "") +
                       f". Details in the status comment on #{t.issue}.")
     if cmd.name == "stop":
-        if task.state in ("invalid", "refused", "superseded"):
+        if task.state in DEAD_ENDS:
             return False, f"the task is {task.state}; there is nothing to stop"
-        ctx.store.update_task(task.id, stop=True,
-                              state="stopping" if task.state in ("running", "baseline",
-                                                                 "queued") else "stopped")
+        ctx.store.update_task(task.id, stop=True, state=TaskState.STOPPING
+                              if task.state in ACTIVE else TaskState.STOPPED)
         cancelled = checks.cancel_task(ctx, task)
         refresh_status(ctx, task.id)
         return True, ("cancelled " + ", ".join(cancelled) + "." if cancelled else "")
     if cmd.name == "resume":
-        if task.state in ("invalid", "refused"):
+        if task.state in DEAD_ENDS:
             return False, (f"the task is {task.state}; fix the proposal and add the label again")
-        ctx.store.update_task(task.id, stop=False, state="queued")
-        ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
+        ctx.store.update_task(task.id, stop=False, state=TaskState.QUEUED)
+        ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": task.id, "generation": task.generation},
                           lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
         refresh_status(ctx, task.id)
         return True, ""
     if cmd.name == "budget":
         n = cmd.budget
         ctx.store.update_task(task.id, budget=n)
-        if task.state == "finished" and n > task.rounds_done and not task.stop:
-            ctx.store.update_task(task.id, state="queued")
-            ctx.store.enqueue("run_task", {"task_id": task.id, "generation": task.generation},
+        if task.state == TaskState.FINISHED and n > task.rounds_done and not task.stop:
+            ctx.store.update_task(task.id, state=TaskState.QUEUED)
+            ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": task.id, "generation": task.generation},
                               lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
         refresh_status(ctx, task.id)
         used = task_usage(ctx, task)  # rsi-agents: what the rounds have spent so far
         return True, (f"budget: {n} rounds; {render.usage_line(used)}" if used else "")
     if cmd.name == "rebaseline":
-        ctx.store.enqueue("rebaseline", {"task_id": task.id, "ref": None, "merged_pr": None,
-                                         "requested_by": user},
+        ctx.store.enqueue(JobKind.REBASELINE, {"task_id": task.id, "ref": None,
+                                               "merged_pr": None, "requested_by": user},
                           lane=lane, key=f"rebaseline:{task.id}:{delivery}")
         return True, "rebaselining on the default branch; open candidates will be re-verified."
     if cmd.name == "rerun" and not is_pr and task.edited_proposal is not None:
@@ -221,12 +221,14 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
                       ("" if outcome.startswith("accepted") else
                        " (it has problems: see the status comment)") + ".")
     if cmd.name == "rerun":
-        cands = [cand] if cand is not None else ctx.store.candidates(task.id, state="open")
+        cands = ([cand] if cand is not None
+                 else ctx.store.candidates(task.id, state=CandidateState.OPEN))
         if not cands:
             return False, "there is no open candidate to re-verify"
         for c in cands:
-            checks.queue_job(ctx, task, "reverify", {"task_id": task.id, "n": c.n, "rebase": False,
-                                                     "reason": "rerun", "requested_by": user},
+            checks.queue_job(ctx, task, JobKind.REVERIFY,
+                             {"task_id": task.id, "n": c.n, "rebase": False, "reason": "rerun",
+                              "requested_by": user},
                              key=f"reverify:{task.id}:{c.n}:{delivery}", head_sha=c.sha, n=c.n)
         return True, ""
     return False, "unknown command"

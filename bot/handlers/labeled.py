@@ -18,6 +18,7 @@ from bot import checks, obs, render
 from bot.context import TRUSTED_ROLES, Context, harness_task_id, sender_of
 from bot.harness_port import SpecError
 from bot.status import refresh_status
+from bot.vocab import JobKind, TaskState
 
 EVENTS = ("issues.labeled",)
 CONFIG_PATH = ".rsi/config.toml"
@@ -71,17 +72,17 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
         except SpecError as e:
             errors = list(e.errors)
     if errors:
-        ctx.store.update_task(task.id, generation=task.generation, state="invalid",
+        ctx.store.update_task(task.id, generation=task.generation, state=TaskState.INVALID,
                               summary=None, proposal=body, edited_proposal=None)
         refresh_status(ctx, task.id, errors=errors)
         return f"invalid: {len(errors)} error(s)"
     summary = render.task_summary(spec)
     budget = getattr(getattr(spec, "agent", None), "rounds", None)
-    ctx.store.update_task(task.id, generation=task.generation, state="queued", summary=summary,
-                          proposal=body, edited_proposal=None, budget=budget, b0_sha=None,
-                          bk_sha=None)
+    ctx.store.update_task(task.id, generation=task.generation, state=TaskState.QUEUED,
+                          summary=summary, proposal=body, edited_proposal=None, budget=budget,
+                          b0_sha=None, bk_sha=None)
     checks.supersede(ctx, task)
-    checks.queue_job(ctx, ctx.store.task(task.id), "run_task",
+    checks.queue_job(ctx, ctx.store.task(task.id), JobKind.RUN_TASK,
                      {"task_id": task.id, "generation": task.generation},
                      key=f"run:{task.id}:{task.generation}")
     note = "Accepted. The baseline is measured first, then the rounds run." + (

@@ -13,6 +13,7 @@ from typing import Any
 from bot import render
 from bot.context import Context, our_candidate_pr, task_lane
 from bot.status import refresh_status
+from bot.vocab import CandidateState, JobKind, TaskState
 
 EVENTS = ("pull_request.closed",)
 
@@ -30,14 +31,17 @@ def handle(ctx: Context, event: Any) -> str:
         return found
     task, cand = found
     if not pr.get("merged"):
-        ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation, state="closed")
+        ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation,
+                                   state=CandidateState.CLOSED)
         refresh_status(ctx, task.id)
         return "closed without merge"
     sha = pr.get("merge_commit_sha")
-    ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation, state="merged")
-    ctx.store.enqueue("rebaseline", {"task_id": task.id, "ref": sha, "merged_pr": int(number)},
+    ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation,
+                               state=CandidateState.MERGED)
+    ctx.store.enqueue(JobKind.REBASELINE,
+                      {"task_id": task.id, "ref": sha, "merged_pr": int(number)},
                       lane=task_lane(task.id), key=f"rebaseline:{task.id}:merge:{number}")
-    ctx.store.update_task(task.id, state="rebaselining")
-    refresh_status(ctx, task.id, note=f"#{int(number)} merged: measuring `{render._short(sha)}` "
+    ctx.store.update_task(task.id, state=TaskState.REBASELINING)
+    refresh_status(ctx, task.id, note=f"#{int(number)} merged: measuring `{render.short_sha(sha)}` "
                                       "as the new Bk, then re-verifying the open candidates.")
     return f"merged #{number}: rebaseline queued"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bot import checks
+from bot import checks, render
 from bot.context import TRUSTED_ROLES, Context, our_candidate_pr, sender_of
+from bot.vocab import REVERIFIABLE, JobKind
 
 EVENTS = ("pull_request.synchronize",)
 
@@ -35,14 +36,14 @@ def handle(ctx: Context, event: Any) -> str:
     if isinstance(found, str):
         return found
     task, cand = found
-    if cand.state not in ("open", "conflict"):
+    if cand.state not in REVERIFIABLE:
         return f"ignored: candidate {cand.n} is {cand.state}"
     role = ctx.gh.collaborator_role(repo, login)
     if role not in TRUSTED_ROLES:
         return f"ignored: {login} is {role}"
-    job = checks.queue_job(ctx, task, "reverify",
+    job = checks.queue_job(ctx, task, JobKind.REVERIFY,
                            {"task_id": task.id, "n": cand.n, "rebase": False,
                             "reason": f"push by {login}", "requested_by": login},
                            key=f"reverify:{task.id}:{cand.n}:{after}", head_sha=after, n=cand.n)
-    return (f"re-verifying candidate {cand.n} at {after[:10]}" if job is not None
-            else f"already queued for {after[:10]}")
+    return (f"re-verifying candidate {cand.n} at {render.short_sha(after)}" if job is not None
+            else f"already queued for {render.short_sha(after)}")

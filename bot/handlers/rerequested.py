@@ -16,9 +16,10 @@ from bot import checks, obs, render
 from bot.context import TRUSTED_ROLES, Context, sender_of
 from bot.gh import VERIFIER_CHECK
 from bot.status import refresh_status
+from bot.vocab import REVERIFIABLE, JobKind, TaskState
 
 EVENTS = ("check_run.rerequested",)
-RESUMABLE = ("failed", "stopped", "paused", "finished")
+RESUMABLE = frozenset({TaskState.FAILED, TaskState.STOPPED, TaskState.PAUSED, TaskState.FINISHED})
 
 
 def handle(ctx: Context, event: Any) -> str:
@@ -40,9 +41,9 @@ def handle(ctx: Context, event: Any) -> str:
     if found is not None:
         task, cand = found
         obs.bind_task(task.id)
-        if cand.state not in ("open", "conflict") or not cand.pr_number:
+        if cand.state not in REVERIFIABLE or not cand.pr_number:
             return f"ignored: candidate {cand.n} is {cand.state}"
-        checks.queue_job(ctx, task, "reverify",
+        checks.queue_job(ctx, task, JobKind.REVERIFY,
                          {"task_id": task.id, "n": cand.n, "rebase": False,
                           "reason": "re-run requested", "requested_by": login},
                          key=f"reverify:{task.id}:{cand.n}:{event.delivery_id}",
@@ -55,10 +56,11 @@ def _resume(ctx: Context, task_id: int, login: str, delivery: str) -> str:
     task = ctx.store.task(task_id)
     if task is None or task.state not in RESUMABLE:
         return f"ignored: the task is {task.state if task else 'gone'}"
-    if task.state == "finished" and not (task.budget and task.rounds_done < task.budget):
+    if task.state == TaskState.FINISHED and not (task.budget and task.rounds_done < task.budget):
         return "ignored: the task finished its budget (/rsi budget N adds rounds)"
-    ctx.store.update_task(task.id, stop=False, state="queued")
-    checks.queue_job(ctx, task, "run_task", {"task_id": task.id, "generation": task.generation},
+    ctx.store.update_task(task.id, stop=False, state=TaskState.QUEUED)
+    checks.queue_job(ctx, task, JobKind.RUN_TASK,
+                     {"task_id": task.id, "generation": task.generation},
                      key=f"run:{task.id}:{task.generation}:{delivery}")
     refresh_status(ctx, task.id, note=f"Re-run requested by @{render.inert(login, plain=True)} "
                                       "on the rsi/verifier check: the rounds continue.")

@@ -220,7 +220,7 @@ class CommandAgent:
         t0 = time.monotonic()
         profile = self.profile or ctx.spec.runner.active
         source = self.environ if self.environ is not None else os.environ
-        hidden = {ctx.spec.hidden.seed_env, *ctx.spec.hidden.env}  # verifier-only, never an agent's
+        hidden = {ctx.spec.verify.hidden.seed_env, *ctx.spec.verify.hidden.env}  # verifier-only, never an agent's
         passed = {n: source[n] for n in self.env_names if source.get(n) and n not in hidden}
         scratch = fresh_scratch(Path(ctx.scratch_dir or Path(ctx.io_dir) / "out"))
         try:

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.ledger import LedgerRecord
 from harness.spec import TaskSpec
+from verifier.config import BenchmarkConfig, Guard, QualityGuard
 
 TEMPLATE_FILE = Path(__file__).with_name("task-template.md")
 REPO_TEMPLATE = ".rsi/task-template.md"
@@ -39,38 +40,27 @@ def _pct(x: float | None) -> str:
     return "?" if x is None else f"{x * 100:+.1f}%"
 
 
-def _guard_line(g: dict) -> str:
-    metric = g.get("metric", "?")
-    if "max_ratio" in g:
-        bound = f"<= {g['max_ratio']:g}x"
-    elif "min_ratio" in g:
-        bound = f">= {g['min_ratio']:g}x"
-    elif "max_delta" in g:
-        bound = f"<= {g['max_delta']:+g}"
-    elif "min_delta" in g:
-        bound = f">= {g['min_delta']:+g}"
-    else:
-        bound = "(bound)"
-    bench = f" (benchmark {g['benchmark']})" if g.get("benchmark") else ""
-    return f"- `{metric}` {bound} the baseline{bench}"
+def _guard_line(g: Guard) -> str:
+    bench = f" (benchmark {g.benchmark})" if g.benchmark else ""
+    return f"- `{g.metric}` {g.bound_text} the baseline{bench}"
 
 
-def _quality_line(q: dict) -> str:
-    kind, out = q.get("kind"), q.get("output")
+def _quality_line(q: QualityGuard) -> str:
+    kind, out = q.kind, q.output
     if kind == "wer":
         parts = []
-        if "max" in q:
-            parts.append(f"at most {q['max']:g}")
-        if "max_delta" in q:
-            parts.append(f"at most {q['max_delta']:+g} over the baseline's")
+        if q.max is not None:
+            parts.append(f"at most {q.max:g}")
+        if q.max_delta is not None:
+            parts.append(f"at most {q.max_delta:+g} over the baseline's")
         return f"- word error rate of `{out}`: {' and '.join(parts) or 'bounded'}"
     if kind == "output_length":
-        return f"- length of `{out}` within ±{q.get('max_change', 0.02):.0%} of the baseline's"
+        return f"- length of `{out}` within ±{q.max_change:.0%} of the baseline's"
     if kind == "waveform":
-        return (f"- audio files `{q.get('files', '*.wav')}` the same as the baseline's "
-                f"(signal-to-noise >= {q.get('min_snr_db', 40):g} dB)")
-    what = f"`{out}`" if out else f"files `{q.get('files', '?')}`"
-    return f"- {what} numerically close to the baseline's ({q.get('dtype') or 'per-dtype'} tolerance)"
+        return (f"- audio files `{q.files}` the same as the baseline's "
+                f"(signal-to-noise >= {q.min_snr_db:g} dB)")
+    what = f"`{out}`" if out else f"files `{q.files}`"
+    return f"- {what} numerically close to the baseline's ({q.dtype or 'per-dtype'} tolerance)"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
@@ -169,6 +159,10 @@ def bk_numbers(records: Iterable[LedgerRecord], task_id: str, bk_sha: str) -> st
     return "No verdict has measured Bk yet: run the benchmark to see its numbers."
 
 
+def _or_unknown(command: str | None) -> str:
+    return "?" if command is None else command
+
+
 def _quick_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: max(1, v // 4) for k, v in settings.items()
             if isinstance(v, int) and not isinstance(v, bool) and QUICK_KEYS.search(k) and v > 1}
@@ -179,24 +173,24 @@ def _env(settings: dict[str, Any]) -> str:
                     for k, v in settings.items())
 
 
-def benchmark_run(bench: dict[str, Any]) -> str:
+def benchmark_run(bench: BenchmarkConfig) -> str:
     """How to run the benchmark inside the sandbox: full and quick."""
-    settings = dict(bench.get("settings") or {})
+    settings = dict(bench.settings)
     full_env = _env(settings)
     lines = []
-    if bench.get("setup"):
-        lines += [f"Setup (once per checkout): `{bench['setup']}`", ""]
-    if bench.get("serve"):
-        probe = (f"python -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:8000{bench['ready_path']}\")'"
-                 if bench.get("ready_path") else "sleep 5")
-        cmds = [f"RSI_PORT=8000 {full_env} {bench['serve']} & server=$!",
+    if bench.setup:
+        lines += [f"Setup (once per checkout): `{bench.setup}`", ""]
+    if bench.serve:
+        probe = (f"python -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:8000{bench.ready_path}\")'"
+                 if bench.ready_path else "sleep 5")
+        cmds = [f"RSI_PORT=8000 {full_env} {bench.serve} & server=$!",
                 f"until {probe} 2>/dev/null; do sleep 1; done",
                 f"mkdir -p /tmp/out && RSI_SERVER_URL=http://127.0.0.1:8000 RSI_OUTPUT_DIR=/tmp/out "
-                f"RSI_RESULT=/tmp/result.json {full_env} {bench.get('client', '?')}",
+                f"RSI_RESULT=/tmp/result.json {full_env} {_or_unknown(bench.client)}",
                 "kill $server"]
         lines += ["Your server (the code you change) and the protected client, on this machine:", ""]
     else:
-        cmds = [f"RSI_RESULT=/tmp/result.json {full_env} {bench.get('command', '?')}"]
+        cmds = [f"RSI_RESULT=/tmp/result.json {full_env} {_or_unknown(bench.command)}"]
     lines += ["```sh", *(" ".join(c.split()) for c in cmds), "```", "",
               "It writes its result as JSON to `$RSI_RESULT` (metrics, samples, outputs, counts)."]
     small = _quick_settings(settings)
@@ -253,10 +247,9 @@ def write_task_md(
     template: str | None = None,
 ) -> str:
     records = list(records)
-    obj = spec.objective
     bench = spec.benchmark
-    directions = {**bench.get("metrics", {}), **bench.get("samples", {})}
-    metric = obj.get("metric", "?")
+    directions = {**bench.metrics, **bench.samples}
+    metric = spec.verify.objective.metric
     direction = directions.get(metric, "higher" if "throughput" in metric else "lower")
     objective = "\n".join([
         f"Improve `{metric}` ({direction} is better) of the benchmark `{spec.benchmark_name}` "
@@ -264,7 +257,7 @@ def write_task_md(
         "An independent verifier measures your change against the baseline in alternating runs, on inputs",
         "you do not see; gains it cannot reproduce with confidence are not kept.",
     ])
-    guards = [_guard_line(g) for g in spec.guards] + [_quality_line(q) for q in spec.quality] + [
+    guards = [_guard_line(g) for g in spec.verify.guards] + [_quality_line(q) for q in spec.verify.quality] + [
         "- no failed requests; outputs must keep their length",
         "- guards are checked against the current baseline and against the task's first baseline (B0)",
     ]

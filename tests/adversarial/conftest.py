@@ -39,7 +39,7 @@ class SharedCalibration:
     def __init__(self, inner: Any):
         self.inner = inner
         self.name = getattr(inner, "name", "sandbox")
-        self.calibration: dict[str, Any] | None = None
+        self.calibration: Any = None  # verifier.calibrate.Calibration
 
     #: calibrations tried before the refusal stands: the suite judges the
     #: defences, and one noisy moment of a shared 2-core machine (another

@@ -10,11 +10,24 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
+from bot.harness_port import RealHarness
 from harness import spec as hspec
+from harness.events import (
+    BaselineMeasured,
+    CandidateRecorded,
+    Finished,
+    Progress,
+    Rebaselined,
+    Reverified,
+    ReverifyOutcome,
+    RoundStarted,
+    Stopped,
+)
 from harness.gitutil import GitError, git, git_ok, rev_parse
+from harness.ledger import Ledger, LedgerRecord
+from harness.loop import RebaselineResult, TaskResult
 from verifier.verdict import Interval, MetricComparison, ObjectiveResult, Verdict
 
 CONFIG = """\
@@ -61,7 +74,9 @@ def make_verdict(decision: str, shas: dict[str, str], gain: float = 0.1) -> Verd
         pairs=10, runs=20, shas=shas)
 
 
-class FakeHarness:
+class FakeHarness(RealHarness):
+    """The loop scripted; the spec, the ledger and git are the real thing."""
+
     def __init__(self, decisions: list[str] | None = None, *, same_file: bool = False):
         self.decisions = decisions or ["accept", "accept"]
         self.same_file = same_file  # candidates edit the same line: they conflict
@@ -100,21 +115,19 @@ class FakeHarness:
             b0 = rev_parse(repo, "HEAD")
             st = {"b0": b0, "bk": b0, "rounds_done": 0, "cands": {}}
             self._save(state_dir, st)
-            on_event({"kind": "baseline", "task_id": spec.task_id, "sha": b0})
+            on_event(BaselineMeasured(task_id=spec.task_id, sha=b0))
         total = rounds or spec.agent.rounds
         while st["rounds_done"] < total:
             if should_stop():
-                on_event({"kind": "stopped", "task_id": spec.task_id})
-                return SimpleNamespace(status="stopped", reason="stopped on request")
+                on_event(Stopped(task_id=spec.task_id))
+                return self._result(spec, st, "stopped", "stopped on request")
             r = n = st["rounds_done"] + 1
-            on_event({"kind": "round_started", "task_id": spec.task_id, "round": r,
-                      "candidate": n})
+            on_event(RoundStarted(task_id=spec.task_id, round=r, candidate=n))
             if self.gate is not None:
                 self.gate.wait(60)
             for pairs in (2, 4):  # the verifier's progress, as the loop forwards it
-                on_event({"kind": "progress", "task_id": spec.task_id, "round": r, "candidate": n,
-                          "message": "measure", "data": {"phase": "measure", "pairs": pairs,
-                                                         "run": 2 * pairs, "total": 8}})
+                on_event(Progress(task_id=spec.task_id, round=r, candidate=n, message="measure",
+                                  phase="measure", pairs=pairs, run=2 * pairs, total=8))
             branch = f"rsi/{spec.task_id}/{n}"
             sha = self._commit(Path(repo), st["bk"], branch, n, Path(state_dir))
             decision = self.decisions[(n - 1) % len(self.decisions)]
@@ -123,16 +136,23 @@ class FakeHarness:
             if self.reason is not None:
                 verdict = verdict.model_copy(update={"reason": self.reason})
             status = "open" if decision in ("accept", "review") else "rolled_back"
+            record = LedgerRecord.from_verdict(
+                verdict, id=f"{spec.task_id}/{n}", task=spec.task_id, round=r, candidate=n,
+                agent="fake", hypothesis=self.hypothesis or f"change {n}", branch=branch, sha=sha,
+                base_sha=st["bk"], b0_sha=st["b0"], status=status)
+            Ledger(repo).append(record)
             st["cands"][str(n)] = {"branch": branch, "sha": sha, "status": status}
             st["rounds_done"] = r
             self._save(state_dir, st)
-            on_event({"kind": "candidate", "task_id": spec.task_id, "round": r, "candidate": n,
-                      "branch": branch, "sha": sha, "verdict": verdict,
-                      "record": {"hypothesis": self.hypothesis or f"change {n}",
-                                 "decision": decision},
-                      "data": {"status": status}})
-        on_event({"kind": "finished", "task_id": spec.task_id})
-        return SimpleNamespace(status="finished", reason=f"budget of {total} rounds used")
+            on_event(CandidateRecorded(task_id=spec.task_id, round=r, candidate=n, branch=branch,
+                                       sha=sha, status=status, verdict=verdict, record=record,
+                                       bk=st["bk"]))
+        on_event(Finished(task_id=spec.task_id, status="finished", sha=st["bk"], rounds=total))
+        return self._result(spec, st, "finished", f"budget of {total} rounds used")
+
+    def _result(self, spec, st: dict, status: str, reason: str) -> TaskResult:
+        return TaskResult(task_id=spec.task_id, status=status, reason=reason, b0_sha=st["b0"],
+                          bk_sha=st["bk"], rounds=st["rounds_done"], candidates=[])
 
     def _commit(self, repo: Path, base: str, branch: str, n: int, state_dir: Path) -> str:
         wt = state_dir / f"wt-{n}"
@@ -152,17 +172,24 @@ class FakeHarness:
         self.calls.append(("rebaseline", ref))
         st = self._state(state_dir)
         new_bk = rev_parse(repo, ref)
-        st["bk"] = new_bk
         on_event = on_event or (lambda ev: None)
-        on_event({"kind": "rebaseline", "task_id": spec.task_id, "sha": new_bk})
+        on_event(Rebaselined(task_id=spec.task_id, sha=new_bk, old_bk=st["bk"]))
+        st["bk"] = new_bk
+        result = RebaselineResult(bk_sha=new_bk)
+
+        def outcome(out: ReverifyOutcome, sha: str = "") -> None:
+            result.candidates.append(out)
+            on_event(Reverified(task_id=spec.task_id, candidate=out.n, branch=out.branch,
+                                sha=sha, outcome=out))
+
         for n, c in sorted(st["cands"].items()):
             if c["status"] != "open":
                 continue
             n = int(n)
             if git_ok(repo, "merge-base", "--is-ancestor", c["sha"], new_bk):
                 c["status"] = "merged"
-                on_event({"kind": "reverified", "task_id": spec.task_id, "candidate": n,
-                          "branch": c["branch"], "data": {"outcome": "merged"}})
+                outcome(ReverifyOutcome(n=n, branch=c["branch"], old_sha=c["sha"],
+                                        outcome="merged"))
                 continue
             wt = Path(state_dir) / f"rb-{n}"
             git(repo, "worktree", "add", "--force", "--detach", str(wt), new_bk)
@@ -172,22 +199,21 @@ class FakeHarness:
                 except GitError as e:
                     git(wt, "cherry-pick", "--abort", check=False)
                     c["status"] = "conflict"
-                    on_event({"kind": "reverified", "task_id": spec.task_id, "candidate": n,
-                              "branch": c["branch"],
-                              "data": {"outcome": "conflict", "reason": e.stderr[-200:]}})
+                    outcome(ReverifyOutcome(n=n, branch=c["branch"], old_sha=c["sha"],
+                                            outcome="conflict", reason=e.stderr[-200:]))
                     continue
                 new = git(wt, "rev-parse", "HEAD")
             finally:
                 git(repo, "worktree", "remove", "--force", str(wt), check=False)
             git(repo, "update-ref", f"refs/heads/{c['branch']}", new)
-            c["sha"] = new
+            old, c["sha"] = c["sha"], new
             v = make_verdict(self.reverify_decision, {"b0": st["b0"], "bk": new_bk,
                                                       "candidate": new}, gain=0.05)
-            on_event({"kind": "reverified", "task_id": spec.task_id, "candidate": n,
-                      "branch": c["branch"], "sha": new, "verdict": v,
-                      "data": {"outcome": "reverified", "new_sha": new}})
+            outcome(ReverifyOutcome(n=n, branch=c["branch"], old_sha=old, new_sha=new,
+                                    outcome="reverified", decision=v.decision, reason=v.reason,
+                                    verdict=v), sha=new)
         self._save(state_dir, st)
-        return SimpleNamespace(bk_sha=new_bk)
+        return result
 
     def reverify(self, repo, spec, branch, *, state_dir):
         self.calls.append(("reverify", branch))

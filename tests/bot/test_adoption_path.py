@@ -86,7 +86,7 @@ def test_install_to_a_verified_pr_and_its_page(make_bot, make_repo, fake_github,
     [pr] = [p for p in fake_github.pulls(repo) if p.number != onboarding.number]
     report = next(c.body for c in fake_github.comments(repo, pr.number) if "Reproduce locally" in c.body)
     head = pr.pull.head_sha
-    assert re.search(rf"\[`[0-9a-f]{{10}}`\]\([^)]*/{repo}/commit/[0-9a-f]{{40}}\)", report)
+    assert re.search(rf"\[`[0-9a-f]{{12}}`\]\([^)]*/{repo}/commit/[0-9a-f]{{40}}\)", report)
     assert re.search(rf"\(http[^)]*/{repo}/compare/[0-9a-f]{{40}}\.\.\.[0-9a-f]{{40}}\)", report)
     assert re.search(rf"\[ledger\]\([^)]*/{repo}/blob/[^)]+/ledger\.jsonl\)", report)
     assert f"git fetch origin {pr.pull.head_ref}" in report and "rsi verify " in report

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
-import tomllib
 import yaml
 from typer.testing import CliRunner
 
@@ -104,7 +104,7 @@ def test_every_device_renders_a_config_the_bot_accepts():
                         objective="qps", device=device, samples={"lat_s": "lower"})
         files = render_files(a)
         spec = build_task(files[CONFIG_PATH], None, "t")
-        assert spec.runner.active.device == device and spec.guards[0]["metric"] == "p99_ms"
+        assert spec.runner.active.device == device and spec.verify.guards[0].metric == "p99_ms"
 
 
 def test_workflows_pin_the_release_tag_and_parse():

@@ -110,7 +110,7 @@ def _flow(fake, repo, url, store, *, on_running=None):
     wait_until(lambda: fake.check_runs(repo, new_head, "rsi/verifier"), 120,
                what="check run on the rebased head")
     (report,) = ours(fake, repo, second.number, render.REPORT)
-    assert f"Bk `{merge_sha[:10]}`" in report.body
+    assert f"Bk `{merge_sha[:12]}`" in report.body
     wait_until(lambda: store.find_task(repo, n).state == "finished", 60, what="idle")
     assert not store.jobs(state="failed"), [j.last_error for j in store.jobs(state="failed")]
     return n

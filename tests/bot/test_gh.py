@@ -426,21 +426,21 @@ def test_port_is_safe_to_share_between_threads(fake_github, fake_repo, gh):
     assert titles == [f"issue {k}" for k in range(12)]
 
 
-def test_from_settings(fake_github, fake_app, fake_repo, github_app_env, token_port):
-    from types import SimpleNamespace
+def test_the_service_builds_the_port_from_settings(fake_github, fake_app, fake_repo,
+                                                   github_app_env):
+    from bot.service import build_port
+    from bot.settings import load_settings
 
-    app = SimpleNamespace(github_api_url=github_app_env["RSI_GITHUB_API_URL"],
-                          github_app_id=int(github_app_env["RSI_GITHUB_APP_ID"]),
-                          github_private_key=github_app_env["RSI_GITHUB_PRIVATE_KEY"],
-                          github_installation_id=fake_github.installation_id(fake_repo),
-                          github_token=None)
-    port = PyGithubPort.from_settings(app, throttle=False, retry=None)
+    base = {"RSI_WEBHOOK_SECRET": "s3cret-one", "RSI_GITHUB_THROTTLE": "false"}
+    app = load_settings({**base, **github_app_env, "RSI_GITHUB_INSTALLATION_ID":
+                         str(fake_github.installation_id(fake_repo))})
+    port = build_port(app)
     assert port.default_branch(fake_repo) == "main"
     assert not fake_github.requests_to("GET", f"/repos/{fake_repo}/installation")  # given
     port.close()
-    dev = SimpleNamespace(github_api_url=fake_github.url, github_app_id=None,
-                          github_token=fake_github.token_for("dev"))
-    port = PyGithubPort.from_settings(dev, throttle=False, retry=None)
+    dev = load_settings({**base, "RSI_GITHUB_API_URL": fake_github.url,
+                         "RSI_GITHUB_TOKEN": fake_github.token_for("dev")})
+    port = build_port(dev)
     assert port.bot_login() == "dev"
     port.close()
 

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from harness.spec import parse_proposal
+from harness.proposal import parse_proposal
 
 ROOT = Path(__file__).resolve().parents[2]
 GH = ROOT / ".github"

@@ -202,7 +202,7 @@ def test_merge_rebaselines_and_reverifies_the_other_candidate(make_bot, fake_git
     (check,) = fake_github.check_runs(target, new_head, "rsi/verifier")
     assert check.conclusion == "success"
     (report,) = ours(fake_github, target, second.number, render.REPORT)
-    assert f"Re-verified against Bk `{merge_sha[:10]}`" in report.body
+    assert f"Re-verified against Bk `{merge_sha[:12]}`" in report.body
     assert f"#{first.number} merged" in report.body
     states = {c.n: c.state for c in bot.store.candidates(task.id)}
     assert states == {1: "merged", 2: "open"}

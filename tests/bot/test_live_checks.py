@@ -105,7 +105,7 @@ def test_a_maintainers_push_to_a_bot_pr_is_verified(make_bot, fake_github, targe
     new = wev.payload["after"]
     assert new != old
     d = bot.deliver(wev)
-    assert bot.result_of(d) == f"re-verifying candidate 1 at {new[:10]}"
+    assert bot.result_of(d) == f"re-verifying candidate 1 at {new[:12]}"
     (c,) = fake_github.check_runs(target, new, CHECK)
     assert c.status == "completed" and c.conclusion == "success"
     task, cand = bot.store.candidate_by_pr(target, pr.number)

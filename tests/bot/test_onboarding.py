@@ -5,9 +5,8 @@ never where a config exists, never through a link in the repository."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from bot.handlers.onboarding import BRANCH, TITLE
 from harness.onboard import FILES
@@ -54,7 +53,7 @@ def test_installation_opens_one_onboarding_pr(make_bot, make_repo, fake_github, 
     assert "`python bench/run.py` was detected" in pr.body and "`throughput`" in pr.body
     shown = {f: fake_github.git(repo, "show", f"{BRANCH}:{f}") for f in FILES}
     spec = build_task(shown[CONFIG_PATH], None, "t")
-    assert spec.benchmark["command"] == "python bench/run.py"
+    assert spec.benchmark.command == "python bench/run.py"
     assert tomllib.loads(shown[CONFIG_PATH])["benchmarks"]["main"]["samples"] == {"latency_s": "lower"}
     assert "uses: rsi-bot/rsi-bot/.github/workflows/rsi-job.yml@v" in shown[FILES[1]]
     assert fake_github.git(repo, "rev-parse", f"{BRANCH}~1") == fake_github.branch_sha(repo, "main")

@@ -15,7 +15,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from bot.app import create_app
-from bot.gh import PyGithubPort
+from bot.service import build_port
 from bot.settings import load_settings
 from bot.setup_flow import (
     SetupError,
@@ -93,7 +93,7 @@ def test_manifest_flow_stores_credentials_the_bot_can_use(fake_github, tmp_path)
     assert env["RSI_BOT_LOGIN"] == "rsi-bot[bot]" and env["RSI_PUBLIC_URL"] == PUBLIC
 
     settings = load_settings({**env, "RSI_GITHUB_API_URL": fake_github.url})
-    port = PyGithubPort.from_settings(settings)
+    port = build_port(settings)  # as the service builds it
     try:
         assert port.bot_login() == "rsi-bot[bot]"
     finally:

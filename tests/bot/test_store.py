@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from bot.store import Base, Store
+from bot.vocab import CandidateState, JobKind, TaskState
 
 
 class Clock:
@@ -187,6 +188,37 @@ def test_candidates_and_sticky(store):
     store.set_sticky("o/r", 3, "status", 11)
     store.set_sticky("o/r", 3, "status", 12)
     assert store.sticky("o/r", 3, "status") == 12
+
+
+def test_states_and_kinds_are_stored_as_their_strings(store):
+    t = store.start_task("o/r", 4, labeler="a", installation_id=None)
+    store.update_task(t.id, state=TaskState.PAUSED)
+    store.upsert_candidate(t.id, 1, state=CandidateState.PENDING, round=2, agent="tuner")
+    store.enqueue(JobKind.PUBLISH, {"task_id": t.id})
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT state FROM tasks").scalar_one() == "paused"
+        assert conn.exec_driver_sql("SELECT state FROM candidates").scalar_one() == "pending"
+        assert conn.exec_driver_sql("SELECT kind FROM jobs").scalar_one() == "publish"
+    (c,) = store.candidates(t.id, state="pending")
+    assert (c.round, c.agent) == (2, "tuner")
+
+
+def test_an_older_database_gets_the_new_nullable_columns(db_url, clock):
+    """A candidates table made before ``round`` and ``agent`` existed: opening the
+    store adds them; the old rows read back with None."""
+    old = _make(db_url, clock)
+    t = old.start_task("o/r", 5, labeler="a", installation_id=None)
+    old.upsert_candidate(t.id, 1, decision="accept", state="open")
+    with old.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE candidates DROP COLUMN round")
+        conn.exec_driver_sql("ALTER TABLE candidates DROP COLUMN agent")
+    old.close()
+    new = Store(db_url, clock=clock)
+    (c,) = new.candidates(t.id)
+    assert (c.decision, c.state, c.round, c.agent) == ("accept", "open", None, None)
+    new.upsert_candidate(t.id, 2, round=3, agent="replay")
+    assert [(c.round, c.agent) for c in new.candidates(t.id)] == [(None, None), (3, "replay")]
+    new.close()
 
 
 def test_installations(store):

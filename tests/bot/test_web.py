@@ -166,3 +166,28 @@ def test_task_summary_is_a_list_with_only_bold_and_code_as_tags():
     assert out.startswith('<ul class="summary"><li><strong>objective</strong>: <code>throughput</code>')
     assert out.count("<li>") == 2 and "<b>" not in out and "<script" not in out
     assert "<strong>&lt;script&gt;x&lt;/script&gt;</strong>" in out
+
+
+def test_the_ledger_shows_each_candidates_round_and_agent():
+    """From the store alone; a candidate stored before round and agent were kept
+    shows blanks, never a wrong value."""
+    from bot.store import Store
+    from bot.web import render_page
+    from verifier.verdict import Verdict
+
+    store = Store("sqlite://")
+    t = store.start_task("o/r", 3, labeler="alice", installation_id=None)
+    v = Verdict(decision="accept", reason="faster").model_dump(mode="json", by_alias=True)
+    store.upsert_candidate(t.id, 1, decision="reject", verdict=v, state="none", sha="a" * 40,
+                           round=1, agent="tuner")
+    store.upsert_candidate(t.id, 2, decision="accept", verdict=v, state="open", sha="b" * 40,
+                           round=2, agent=EVIL)
+    store.upsert_candidate(t.id, 3, decision="accept", verdict=v, state="pending", sha="c" * 40)
+    page = render_page(store, t.id)
+    ledger = page.split("<h2>Ledger (3 records)</h2>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr><td>#(\d)</td><td class=\"num\">(\d*)</td><td>(.*?)</td>", ledger)
+    assert rows == [("1", "1", "tuner"), ("2", "2", "&lt;script&gt;alert(1)&lt;/script&gt;"
+                                                    "&lt;img src=x onerror=alert(2)&gt;"),
+                    ("3", "", "")]
+    assert "<script" not in page
+    assert f"<code>{'b' * 12}</code>" in page  # short shas: 12 digits, as everywhere

@@ -41,7 +41,7 @@ class FakeVerifier:
         noisy = os.environ.get("RSI_FAKE_NOISY") == "1"
         sd = 0.2 if noisy else 0.005
         cal = Calibration.from_log_ratios([sd, -sd, sd / 2], max_pairs=8, benchmark="speed", metric="throughput")
-        return cal.model_dump(mode="json")
+        return cal
 
     def verify(self, baseline, candidate, spec, *, b0, shas, calibration, progress=None):
         CALLS.append(("verify", str(baseline), str(candidate)))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 from pathlib import Path
 
 import jsonschema
 import pytest
-import tomllib
 
 from harness.configcheck import (
     DOCS_URL,

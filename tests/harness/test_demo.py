@@ -53,7 +53,7 @@ class StandInVerifier:
 
     def calibrate(self, ref, spec, *, progress=None):
         self.calls.append(("calibrate", str(ref)))
-        return {}
+        return None
 
     def verify(self, baseline, candidate, spec, *, b0, shas, calibration, progress=None):
         self.calls.append(("verify", str(candidate)))

@@ -33,7 +33,7 @@ def test_tuner_with_real_verifier_in_process(tmp_path: Path):
     assert rec.verdict["decision"] == "accept" and rec.ratio_low > 1.0 and rec.guards
     cand = [e for e in events if e.kind == "candidate"][0]
     assert cand.verdict.pairs >= 6 and cand.verdict.shas["candidate"] == c1.sha
-    assert any(e.kind == "progress" and e.data.get("phase") == "measure" for e in events)
+    assert any(e.kind == "progress" and e.phase == "measure" for e in events)
 
 
 @pytest.mark.docker
@@ -52,7 +52,7 @@ def test_replay_with_real_verifier_in_containers(tmp_path: Path):
     failed = [g.name for g in recs[0].guards if g.status == "fail"]
     assert failed and all("transcripts" in n for n in failed), recs[0].guards
     assert fast.decision == "accept", fast.reason
-    assert any(e.kind == "progress" and e.data.get("phase") == "container" and e.candidate == 2 for e in events)
+    assert any(e.kind == "progress" and e.phase == "container" and e.candidate == 2 for e in events)
     v = recs[1].verdict
     assert v["fingerprint"]["cpu_count"] >= 1
 

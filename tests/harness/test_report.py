@@ -382,7 +382,7 @@ def test_links_and_reproduce_command():
                         page_url="https://bot.example.com/tasks/3")
     md = render_markdown_report(v, links=links)
     line = next(x for x in md.splitlines() if x.startswith("**Links**"))
-    assert f"[`cccccccccc`](https://github.com/acme/tts/commit/{'c' * 40})" in line
+    assert f"[`cccccccccccc`](https://github.com/acme/tts/commit/{'c' * 40})" in line
     assert f"[diff vs Bk](https://github.com/acme/tts/compare/{'b' * 40}...{'c' * 40})" in line
     assert f"[diff vs B0](https://github.com/acme/tts/compare/{'a' * 40}...{'c' * 40})" in line
     assert "[ledger](https://github.com/acme/tts/blob/rsi/ledger/ledger.jsonl)" in line

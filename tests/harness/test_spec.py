@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.spec import (
-    SpecError,
-    build_task,
-    dump_toml,
-    load_repo_config,
-    load_task,
-    parse_proposal,
-)
+from harness.proposal import parse_proposal
+from harness.spec import SpecError, build_task, load_repo_config, load_task
+from harness.tomlout import dump_toml
+from verifier.config import VerifyConfig
 
 from .target import CONFIG, commit_all, make_target, sh
 
@@ -102,10 +98,11 @@ def test_minimal_config_with_tuner_needs_knobs_only_when_asked():
 
 def test_issue_form_proposal():
     spec = build_task(REPO_CONFIG, ISSUE_FORM, "issue-7")
-    assert spec.objective == {"benchmark": "speed", "metric": "throughput", "min_gain": 0.15}
-    g = {x["metric"]: x for x in spec.guards}
-    assert g["latency_p95_s"]["max_ratio"] == 1.2 and g["latency_p95_s"]["required"] is True
-    assert g["wall_s"]["max_ratio"] == 1.5
+    assert spec.config["objective"] == {"benchmark": "speed", "metric": "throughput", "min_gain": 0.15}
+    assert (spec.benchmark_name, spec.verify.objective.metric, spec.min_gain) == ("speed", "throughput", 0.15)
+    g = {x.metric: x for x in spec.verify.guards}
+    assert g["latency_p95_s"].max_ratio == 1.2 and g["latency_p95_s"].required is True
+    assert g["wall_s"].max_ratio == 1.5
     assert spec.agent.kind == "replay" and spec.agent.rounds == 3
     assert spec.policy.narrow == ["app/settings.toml"] and spec.policy.editable == ["app/**"]
     assert "Lower the delay" in spec.notes
@@ -207,9 +204,23 @@ def test_parse_proposal_plain_text_is_notes():
     assert p.overrides == {} and "fewer threads" in p.notes
 
 
+def test_every_issue_form_heading_has_a_reader():
+    from harness.proposal import _FIELDS, _HEADINGS
+
+    assert set(_HEADINGS.values()) == {*_FIELDS, "toml"}
+
+
 def test_dump_toml_round_trips():
     data = tomllib.loads(REPO_CONFIG)
     assert tomllib.loads(dump_toml(data)) == data
+
+
+def test_the_verifiers_config_text_is_the_typed_config():
+    """What a verifier in its own process reads is what the spec holds: the
+    merged config, proposal overrides included."""
+    spec = build_task(REPO_CONFIG, ISSUE_FORM, "issue-7")
+    assert VerifyConfig.from_toml(spec.verifier_config_text()) == spec.verify
+    assert spec.benchmark == spec.verify.benchmarks["speed"]
 
 
 def test_repo_config_from_default_branch_only(tmp_path: Path):
@@ -391,8 +402,6 @@ def test_every_refusal_is_collected():
 def test_proposal_structure_is_commonmarks_not_line_patterns():
     """A heading or a TOML block quoted or shown inside a code fence is text: it
     sets nothing (GitHub renders it as text too)."""
-    from harness.spec import parse_proposal
-
     body = ("### Idea\n\nFuse the kernels.\n\n````\n### Minimum gain\n\n50%\n```toml\n[objective]\n"
             "min_gain = 0.9\n```\n````\n\n> ```toml\n> [agent]\n> rounds = 99\n> ```\n\n"
             "### Minimum gain\n\n3%\n\n```toml\n[agent]\nrounds = 2\n```\n")

@@ -148,6 +148,24 @@ def test_isolation_spec_for_accelerators(tmp_path: Path):
     IsolationSpec.model_validate(d)
 
 
+def test_the_time_limit_follows_the_typed_verifier_settings():
+    """Per run: the benchmark's timeout plus a container's start and stop; as
+    many runs as the verifier can make. Unset settings are the verifier's own
+    defaults, never a copy of them."""
+    from harness.spec import build_task
+    from verifier.config import VerifierSettings
+
+    from .target import CONFIG
+
+    cfg = CONFIG.replace("{python}", sys.executable)
+    spec = build_task(cfg, "", "t")  # timeout_s 60, warmup 0, max_pairs 8, calibration_pairs 3
+    assert SandboxVerifier()._timeout(spec, True) == 90 * (2 * 3 + 2) + 60
+    assert SandboxVerifier()._timeout(spec, False) == 90 * (3 * 8 + 3) + 60
+    bare = build_task(cfg.replace("calibration_pairs = 3\n", "").replace("warmup = 0\n", ""), "", "t")
+    d = VerifierSettings()
+    assert SandboxVerifier()._timeout(bare, True) == 90 * (2 * d.calibration_pairs + 2 * d.warmup + 2) + 60
+
+
 @pytest.mark.docker
 def test_containers_a_killed_verifier_left_are_reaped():
     from harness import sandbox
@@ -173,7 +191,7 @@ def test_hidden_host_paths_stay_out_of_every_containers_base(tmp_path: Path):
     from harness.spec import build_task
 
     spec = build_task(cfg, "", "t")
-    assert spec.hidden.env == {"PROMPTS": str(secret)}
+    assert spec.verify.hidden.env == {"PROMPTS": str(secret)}
     d = isolation_spec(spec)
     volumes = d["base_kwargs"].get("volumes") or {}
     assert str(secret) not in volumes and all(str(secret) not in str(v) for v in volumes.values())

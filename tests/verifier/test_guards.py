@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from verifier.config import QualityGuard, VerifyConfig
-from verifier.judge import Evaluator, _decide
+from verifier.guards import Evaluator
+from verifier.judge import decide
 from verifier.measure import Session
 from verifier.protocol import BenchResult
 from verifier.quality import (
     allclose,
     corpus_wer,
+    evaluate,
     load_tensor,
     normalize_text,
     output_length,
@@ -84,7 +86,7 @@ def test_b0_vs_bk_compounding_is_caught():
     vs_bk, vs_b0 = _by(res, "latency_s_mean", "bk"), _by(res, "latency_s_mean", "b0")
     assert vs_bk.status == "pass" and vs_bk.value == pytest.approx(1.01, abs=0.003)
     assert vs_b0.status == "fail" and vs_b0.value == pytest.approx(1.01 / 0.98, abs=0.003)
-    decision, reason, _ = _decide(_accepting_look(), res, 12, 30)
+    decision, reason, _ = decide(_accepting_look(), res, 30)
     assert decision == "reject" and "vs B0" in reason
 
 
@@ -111,7 +113,7 @@ def test_guard_straddling_its_bound_gives_review():
         res = Evaluator(cfg, "tts", dict(s.arms)).guards(s)
     g = _by(res, "latency_s_mean")
     assert g.status == "unclear" and g.ci.low < 1.02 < g.ci.high
-    decision, reason, _ = _decide(_accepting_look(), res, 6, 6)
+    decision, reason, _ = decide(_accepting_look(), res, 6)
     assert decision == "review" and "unclear" in reason
 
 
@@ -131,7 +133,7 @@ def test_any_failed_request_rejects():
         res = Evaluator(cfg, "tts", dict(s.arms)).guards(s)
     f = next(g for g in res if g.kind == "failed_requests")
     assert f.status == "fail" and f.value == 1
-    assert _decide(_accepting_look(), res, 12, 30)[0] == "reject"
+    assert decide(_accepting_look(), res, 30)[0] == "reject"
 
 
 def test_delta_guard():
@@ -144,10 +146,10 @@ def test_delta_guard():
 
 
 def test_suspicious_and_quarantined_gains():
-    assert _decide(_accepting_look(1.5), [], 10, 30)[0] == "review"
-    d, reason, q = _decide(_accepting_look(15.0), [], 10, 30)
+    assert decide(_accepting_look(1.5), [], 30)[0] == "review"
+    d, reason, q = decide(_accepting_look(15.0), [], 30)
     assert d == "review" and q and "QUARANTINED" in reason
-    assert _decide(_accepting_look(0.05), [], 10, 30)[0] == "accept"
+    assert decide(_accepting_look(0.05), [], 30)[0] == "accept"
 
 
 # ---- WER ----------------------------------------------------------------------
@@ -276,7 +278,7 @@ def _guard_rate(ratio: float, trials: int, seed: int) -> dict[str, float]:
     """The default tail guard (p95 <= 1.10x, 16 requests a run, request spread
     sigma 0.3, run noise 3%) judged like the judge does at every look."""
     from verifier.config import VerifierSettings
-    from verifier.judge import PERCENTILE_BOOT
+    from verifier.guards import PERCENTILE_BOOT
     from verifier.stats import Design, bound_status, clustered_percentile_ci
 
     v = VerifierSettings()
@@ -305,3 +307,51 @@ def _guard_rate(ratio: float, trials: int, seed: int) -> dict[str, float]:
 def test_default_tail_guard_error_rates_on_fixed_seeds():
     assert _guard_rate(1.0, 20, seed=1_000)["pass"] >= 0.95  # no regression passes
     assert _guard_rate(1.21, 20, seed=2_000)["fail"] >= 0.95  # the bound squared fails
+
+
+# ---- quality.evaluate: one guard on two snapshots -------------------------------------
+
+
+def test_evaluate_judges_one_quality_guard_on_two_snapshots():
+    config = VerifyConfig.from_toml(
+        CFG + '\n[[quality]]\nkind = "wer"\noutput = "texts"\nmax = 0.1\n'
+    )
+    (q,) = config.quality_for("tts")
+    ref = snapshot({"texts": ["hello world"]}, [q], [])
+    warned: list[str] = []
+    ok = evaluate(q, snapshot({"texts": ["Hello, world!"]}, [q], []), ref, "b0", warned.append)
+    assert (ok.name, ok.kind, ok.against, ok.status) == ("WER(texts)", "wer", "b0", "pass")
+    assert ok.metric == "outputs.texts" and ok.bound == "<= 10.00%" and ok.value == 0
+    assert ok.detail == "WER 0.00% against B0's outputs" and warned == []
+    bad = evaluate(q, snapshot({"texts": ["hello word"]}, [q], []), ref, "bk", warned.append)
+    assert bad.status == "fail" and bad.detail.endswith("WER 50.00% > 10.00%") and warned == []
+    # the reference arm lacks the output: not checked, said in a warning; never a pass
+    gone = evaluate(q, ref, snapshot({}, [q], []), "bk", warned.append)
+    assert gone.status == "skipped" and gone.detail == "Bk: the result has no outputs.texts"
+    assert warned == [
+        "quality guard WER(texts): Bk lacks outputs.texts (the result has no outputs.texts); "
+        "not checked"
+    ]
+    # the candidate's output is not texts: a failure, not an exception
+    odd = evaluate(q, {"texts": 3}, ref, "bk")
+    assert odd.status == "fail" and "must be a string or a list of strings" in odd.detail
+
+
+def test_evaluate_file_guards_skip_without_reference_files(tmp_path):
+    config = VerifyConfig.from_toml(CFG + '\n[[quality]]\nkind = "tensor"\nfiles = "*.npy"\n')
+    (q,) = config.quality_for("tts")
+    cand_dir, ref_dir = tmp_path / "c", tmp_path / "r"
+    cand_dir.mkdir()
+    ref_dir.mkdir()
+    np.save(cand_dir / "a.npy", np.arange(4, dtype=np.float32))
+    np.save(ref_dir / "a.npy", np.arange(4, dtype=np.float32))
+    cand = snapshot({}, [q], [cand_dir])
+    ok = evaluate(q, cand, snapshot({}, [q], [ref_dir]), "bk")
+    assert ok.status == "pass" and ok.metric == "files *.npy" and ok.bound == "per-dtype tolerance"
+    warned: list[str] = []
+    empty = evaluate(q, cand, snapshot({}, [q], [tmp_path / "none"]), "b0", warned.append)
+    assert empty.status == "skipped" and empty.detail.startswith("B0: cannot list the output dir")
+    assert warned == [f"quality guard {q.label}: {empty.detail}; not checked"]
+    assert (
+        evaluate(q, {}, snapshot({}, [q], [ref_dir]), "bk").detail == "candidate: no candidate run"
+    )

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from verifier.config import ConfigError, QualityGuard, VerifyConfig
-from verifier.judge import Evaluator, cross_check
+from verifier.guards import Evaluator
+from verifier.judge import cross_check
 from verifier.measure import Session
 from verifier.protocol import BenchResult
 from verifier.quality import QualityError, compare_files, read_wav, resolve, snapshot, snr_db

@@ -18,12 +18,10 @@ from verifier.stats import (
     judge_objective,
     log_ratios,
     percentile_ratio_ci,
-    robust_sd,
     run_sequential,
     sequential_schedule,
     trimmed_mean,
     value_warnings,
-    wilcoxon_p,
 )
 
 
@@ -57,14 +55,6 @@ def test_bootstrap_coverage_near_nominal():
         e = bootstrap_ci(x, seed=i, n_boot=10_000)
         covered += e.low < 0 < e.high
     assert covered / reps >= 0.90
-
-
-def test_wilcoxon():
-    rng = np.random.default_rng(2)
-    assert wilcoxon_p(rng.normal(0.05, 0.01, 12)) < 0.001
-    assert wilcoxon_p(rng.normal(-0.05, 0.01, 12)) > 0.99
-    assert wilcoxon_p(np.zeros(10)) == 1.0
-    assert wilcoxon_p([0.1]) == 1.0
 
 
 DESIGN = Design.from_schedule(10, 10, 30)
@@ -194,15 +184,6 @@ def test_value_warnings():
     assert any("multimodal" in w for w in two)
     far = value_warnings("x", [1.0] * 9 + [3.0])
     assert any("far from the median" in w for w in far)
-
-
-def test_robust_sd_ignores_one_outlier():
-    rng = np.random.default_rng(13)
-    x = rng.normal(0, 0.03, 12)
-    y = x.copy()
-    y[0] = 0.6
-    assert robust_sd(x) == pytest.approx(np.std(x, ddof=1), rel=0.25)
-    assert robust_sd(y) < 0.1 < np.std(y, ddof=1)
 
 
 def test_calibration_margin_and_refusal():

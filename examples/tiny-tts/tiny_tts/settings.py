@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 PATH = Path(__file__).with_name("settings.toml")
 
