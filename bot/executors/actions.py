@@ -89,10 +89,7 @@ def runner_labels(ctx: Context, task: Any) -> list[str]:
                                       harness_task_id(task.issue, task.generation))
     except SpecError:
         return list(ctx.settings.runner_labels)  # the runner's job reports the errors
-    runner = getattr(spec, "runner", None)
-    profile = runner.active if runner is not None else None
-    if profile is None:
-        return list(ctx.settings.runner_labels)
+    profile = spec.runner.active
     if profile.runs_on:
         return list(profile.runs_on)
     if profile.device in ("cuda", "npu"):

@@ -50,19 +50,20 @@ class RunWatcher:
 
     def _progress(self, ev: Progress | RoundStarted | BaselineMeasured) -> None:
         """Round i/N and the pairs measured so far, on the job's live check."""
-        rnd = getattr(ev, "round", None)
-        self.round = rnd if rnd is not None else self.round
-        from harness.events import BaselineMeasured, Progress
+        from harness.events import Progress, RoundStarted
 
-        t = self.ctx.store.task(self.task.id)
+        candidate, pairs = None, None
         if isinstance(ev, Progress):
-            phase, pairs = ev.phase, ev.pairs
+            self.round = ev.round if ev.round is not None else self.round
+            phase, candidate, pairs = ev.phase, ev.candidate, ev.pairs
+        elif isinstance(ev, RoundStarted):
+            self.round, phase, candidate = ev.round, "agent at work", ev.candidate
         else:
-            phase = "baseline measured" if isinstance(ev, BaselineMeasured) else "agent at work"
-            pairs = None
+            phase = "baseline measured"
+        t = self.ctx.store.task(self.task.id)
         text = render.check_progress_text(
             phase=phase, round_=self.round, rounds=t.budget if t else None,
-            candidate=getattr(ev, "candidate", None), pairs=pairs)
+            candidate=candidate, pairs=pairs)
         # (runs are left out: a PATCH per pair, not per benchmark run, is enough)
         checks.progress(self.ctx, self.job_id, text)
 
