@@ -51,7 +51,9 @@ HONEST_WORK = BASE_WORK.replace(
     "@functools.cache\ndef build_table() -> list[int]:",
 ).replace('"""\n\nTABLE_SIZE', '"""\n\nimport functools\n\nTABLE_SIZE', 1)
 """The real speedup: the table never changes, so build it once (lazily, on
-the first request: no work moves before readiness). About 1.5x."""
+the first request: no work moves before readiness). Measured: +30-50% served
+over HTTP, +35-39% in process CPU time (start-up included), +77-103% on the
+in-process benchmark's own timer (it times only the request loop)."""
 
 # ------------------------------------------------------- candidate cheats
 

@@ -1,8 +1,9 @@
 """The adversarial suite: each case is a candidate that cheats one way,
 driven through the real loop, agents and sandbox (see ``cases.py`` for the
 table). A case passes when the cheat ends ``reject``, ``review`` or ``error``
-with the right reason and leaves no trace on the host; the two controls,
-real speedups with identical outputs, must still be accepted.
+with the right reason and leaves no trace on the host; the controls, real
+speedups with identical outputs, must still be accepted (the in-process one,
+near 2x on its own timer, may instead meet the 2x rule: ``review``).
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ def test_patch_candidate(case: Case, run_case, tmp_path: Path, adversarial):
     leaked = [str(p) for p in HOST_CACHE_PATHS if p.exists()]
     assert not leaked, f"the candidate wrote on the host: {leaked}"
     assert_outcome(run, case)
-    if case.control:
-        assert run.candidate.gain is not None and 0.25 < run.candidate.gain < 1.0, run.candidate
+    if case.control:  # a real gain, in the range the honest change gives (review: above 2x)
+        top = 1.6 if run.decision == "review" else 1.0
+        assert run.candidate.gain is not None and 0.25 < run.candidate.gain < top, run.candidate
     if case.name == "tamper-other-arm":
         assert "FORGED" not in (run.reason or "")
         for work in run.state_dir.rglob("app/work.py"):

@@ -4,7 +4,7 @@ Each request builds the mixing table from scratch, although the table never
 changes: the known slow path that an honest patch removes.
 """
 
-TABLE_SIZE = 28_000
+TABLE_SIZE = 48_000
 ROUNDS = 2700
 
 
