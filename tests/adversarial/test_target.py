@@ -1,6 +1,6 @@
 """The adversarial target and its candidates, as plain processes (no Docker).
 
-These show that the target works, that the honest patch is a real ~1.5x
+These show that the target works, that the honest patch is a real
 speedup with identical outputs, that every patch candidate applies on the
 target, and that the cheats do cheat when nothing guards against them: the
 docker cases then show that the real loop and sandbox stop them.
