@@ -56,7 +56,9 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
                      result: RebaselineResult, old_shas: dict[int, str | None], *,
                      heads: dict[str, str] | None = None) -> str:
     """Publish a rebaseline's re-verifications: push moved branches, update reports.
-    ``heads`` (a runner's bundle): a moved branch must be one taken, at its new head."""
+    ``heads`` (a runner's bundle): a re-verified candidate's own branch (the stored
+    one, never the branch the runner names) must be taken from the bundle at the
+    outcome's new head."""
     by_n = {c.n: c for c in ctx.store.candidates(task.id, generation=task.generation)}
     ctx.store.update_task(task.id, bk_sha=sha)
     task = ctx.store.task(task.id)
@@ -65,9 +67,11 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
     for out in result.candidates:
         cand = by_n.get(out.n)
         what = out.outcome
-        if what == "reverified" and heads is not None and heads.get(out.branch) != out.new_sha:
-            log.warning("dropping the re-verification of %s@%s: not a branch head taken from "
-                        "the bundle", out.branch, out.new_sha[:12])
+        own = cand.branch if cand is not None else None
+        if what == "reverified" and heads is not None and (
+                out.branch != own or heads.get(own) != out.new_sha):
+            log.warning("dropping the re-verification of #%s (%s@%s): not its own branch "
+                        "taken from the bundle", out.n, out.branch, out.new_sha[:12])
             continue
         counts[what] = counts.get(what, 0) + 1
         if cand is None or not cand.pr_number or cand.state not in REVERIFIABLE:

@@ -102,3 +102,34 @@ def test_a_local_run_records_candidates_from_the_ledger(make_bot, fake_github, t
         assert cands[k].verdict == recs[k].verdict
     assert cands[1].state == "open" and cands[2].state == "none"
     assert git(clone, "rev-parse", f"refs/heads/rsi/{n}/1") == cands[1].sha
+
+
+class SwappingRunner(FakeHarness):
+    """A rebaseline whose outcome for one candidate names another candidate's
+    branch and head (both genuinely taken from the bundle)."""
+
+    def rebaseline(self, repo, spec, ref, *, state_dir, on_event=None):
+        res = super().rebaseline(repo, spec, ref, state_dir=state_dir, on_event=on_event)
+        other = f"rsi/{spec.task_id}/1"
+        forged = [o.model_copy(update={"branch": other,
+                                       "new_sha": git(repo, "rev-parse", other)})
+                  if o.outcome == "reverified" else o for o in res.candidates]
+        return res.model_copy(update={"candidates": forged})
+
+
+def test_a_runners_rebaseline_cannot_move_a_candidate_to_another_branch(
+        make_bot, fake_github, gh, target, tmp_path):  # noqa: F811
+    bot, n, run = dispatched(make_bot, fake_github, target)
+    _result, wev = run_on_runner(fake_github, gh, target, run, tmp_path, FakeHarness())
+    bot.deliver(wev)
+    first, second = sorted(fake_github.pulls(target), key=lambda p: p.number)
+    before = str(second.pull.head_sha)
+    bot.deliver(fake_github.merge_pull(target, first.number, by="alice"))
+    run3 = fake_github.workflow_runs(target)[-1]
+    result, wev = run_on_runner(fake_github, gh, target, run3, tmp_path, SwappingRunner())
+    assert "error" not in result, result.get("traceback")
+    bot.deliver(wev)
+    task = bot.store.find_task(target, n)
+    cand = {c.n: c for c in bot.store.candidates(task.id)}[2]
+    assert cand.sha == before  # not candidate 1's head
+    assert fake_github.pull(target, second.number).pull.head_sha == before
