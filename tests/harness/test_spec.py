@@ -409,3 +409,53 @@ def test_proposal_structure_is_commonmarks_not_line_patterns():
     assert p.errors == []
     assert p.overrides == {"objective": {"min_gain": 0.03}, "agent": {"rounds": 2}}
     assert p.notes.startswith("Idea:\nFuse the kernels.")
+
+
+# ------------------------------------- every guard kind only tightens (issue 18)
+
+WAVEFORM = REPO_CONFIG + """
+[[quality]]
+kind = "waveform"
+files = "*.wav"
+min_snr_db = 40.0
+
+[[quality]]
+kind = "tensor"
+files = "*.npy"
+dtype = "fp16"
+"""
+
+
+@pytest.mark.parametrize("block, expect", [
+    # the attack: SNR bound 40 dB -> -100 dB, and the glob narrowed to one file
+    ("[[quality]]\nkind = 'waveform'\nfiles = '*.wav'\nmin_snr_db = -100.0",
+     "lowers min_snr_db from 40.0 to -100.0"),
+    ("[[quality]]\nkind = 'waveform'\nfiles = 'silence.wav'\nmin_snr_db = 40.0",
+     "changes files from '*.wav' to 'silence.wav' (files is fixed"),
+    ("[[quality]]\nkind = 'waveform'\nmin_snr_db = '90'", "min_snr_db must be a number, not str"),
+    ("[[quality]]\nkind = 'tensor'\nfiles = '*.npy'\ndtype = 'bf16'",
+     "changes dtype from 'fp16' to 'bf16' (dtype is fixed"),
+    # fields the guard does not have are refused by name, not silently carried
+    ("[[quality]]\nkind = 'waveform'\nfiles = '*.wav'\nmin_snr_db = 40.0\nskip = true",
+     "'skip' is not a field of this guard"),
+    ("[[guards]]\nmetric = 'wall_s'\nmax_ratio = 1.0\nwhen = 'never'",
+     "'when' is not a field of this guard"),
+    ("[[guards]]\nmetric = 'wall_s'\nmax_ratio = 1.0\ndefault = true",
+     "'default' is set by the verifier, not by a proposal"),
+])
+def test_every_guard_kind_only_tightens(block, expect):
+    errs = errors_of(WAVEFORM, toml_proposal(block))
+    assert any(expect in e for e in errs), errs
+
+
+def test_a_tighter_waveform_guard_passes_and_the_registry_names_real_fields():
+    from harness.merge import GUARD_FIELDS, QUALITY_FIELDS
+    from verifier.config import Guard, QualityGuard
+
+    spec = build_task(WAVEFORM, toml_proposal(
+        "[[quality]]\nkind = 'waveform'\nfiles = '*.wav'\nmin_snr_db = 55.0"), "t")
+    wave = next(q for q in spec.verify.quality if q.kind == "waveform")
+    assert (wave.files, wave.min_snr_db) == ("*.wav", 55.0)
+    assert set(GUARD_FIELDS) == set(Guard.model_fields)
+    assert set(QUALITY_FIELDS) < set(QualityGuard.model_fields)
+    assert set(QualityGuard.model_fields) - set(QUALITY_FIELDS) == {"files", "dtype", "reference"}
