@@ -45,6 +45,7 @@ runner profiles) comes from the repo config only. Each section has its merger
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable
 from typing import Any
 
@@ -126,9 +127,9 @@ MAX_MIN_GAIN = 10.0
 def _number(v: Any, field: str) -> str | None:
     """Why ``v`` is not a strict number for ``field`` (bools and strings refused)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return f"must be a number, not {type(v).__name__} {v!r}"
+        return f"must be a number, not {type(v).__name__} {reprlib.repr(v)}"
     if field in _INT_FIELDS and not isinstance(v, int):
-        return f"must be a whole number, not {v!r}"
+        return f"must be a whole number, not {reprlib.repr(v)}"
     if v != v or v in (float("inf"), float("-inf")):
         return f"must be a finite number, not {v!r}"
     return None

@@ -212,15 +212,56 @@ def _read_form(sections: list[tuple[str, str]]) -> tuple[dict[str, Any], list[st
     return form, notes, errors
 
 
+MAX_DEPTH = 8
+"""Deepest nesting of tables and arrays a proposal's TOML may have (its
+settings are at most three deep: ``[[guards]]`` -> a guard -> a value)."""
+
+
+def _depth(value: Any) -> int:
+    """How deeply tables and arrays nest in ``value`` (iterative: a proposal
+    controls the depth)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            if d + 1 > MAX_DEPTH:
+                return d + 1
+            deepest = max(deepest, d + 1)
+            stack += [(x, d + 1) for x in v]
+    return deepest
+
+
 def _read_toml(fences: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """The ```` ```toml ```` blocks, merged in order -> (overrides, errors)."""
+    """The ```` ```toml ```` blocks, merged in order -> (overrides, errors).
+    Every way a block can fail to parse is an error here, never an exception:
+    invalid TOML, nesting too deep for the parser or for a proposal, a number
+    too long to read."""
     over: dict[str, Any] = {}
     errors: list[str] = []
     for n, block in enumerate(fences, start=1):
+        where = f"proposal toml block {n}"
         try:
-            over = _deep_merge(over, tomllib.loads(block))
+            data = tomllib.loads(block)
         except tomllib.TOMLDecodeError as exc:
-            errors.append(f"proposal toml block {n}: not valid TOML: {exc}")
+            errors.append(f"{where}: not valid TOML: {exc}")
+            continue
+        except RecursionError:
+            errors.append(f"{where}: arrays or inline tables nested more than {MAX_DEPTH} "
+                          "deep; a proposal's settings are at most 3 deep (e.g. [[guards]] -> "
+                          "max_ratio)")
+            continue
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            errors.append(f"{where}: a value cannot be read ({str(exc)[:60]}...); write a "
+                          "number of at most a few digits")
+            continue
+        if _depth(data) > MAX_DEPTH:
+            errors.append(f"{where}: tables or arrays nested more than {MAX_DEPTH} deep; a "
+                          "proposal's settings are at most 3 deep (e.g. [[guards]] -> "
+                          "max_ratio)")
+            continue
+        over = _deep_merge(over, data)
     return over, errors
 
 

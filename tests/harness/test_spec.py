@@ -459,3 +459,48 @@ def test_a_tighter_waveform_guard_passes_and_the_registry_names_real_fields():
     assert set(GUARD_FIELDS) == set(Guard.model_fields)
     assert set(QUALITY_FIELDS) < set(QualityGuard.model_fields)
     assert set(QualityGuard.model_fields) - set(QUALITY_FIELDS) == {"files", "dtype", "reference"}
+
+
+# ------------------------------- every parse failure is a SpecError (issue 18)
+
+DEEP = 5000
+
+
+@pytest.mark.parametrize("block", [
+    "x = " + "[" * DEEP + "]" * DEEP,                      # RecursionError in tomllib
+    "x = " + "{a=" * DEEP + "1" + "}" * DEEP,
+    "[" + ".".join(["a"] * DEEP) + "]\nx = 1",             # deep without recursion, then
+    "[verifier.alpha" + ".a" * DEEP + "]\nx = 1",          # repr/merge recursed on it
+    "[[guards]]\nmetric = 'wall_s'\nmax_ratio." + ".".join(["a"] * DEEP) + " = 1",
+    "[agent]\nrounds = " + "9" * DEEP,                     # int() digit limit: ValueError
+])
+def test_every_parse_failure_of_a_proposal_is_a_spec_error(block):
+    body = toml_proposal(block) + "\n" + toml_proposal(block)  # two blocks: merged deep
+    with pytest.raises(SpecError) as e:
+        build_task(REPO_CONFIG, body, "t")
+    assert all(line.startswith("proposal") and len(line) < 300 for line in e.value.errors)
+
+
+def test_proposal_fuzz_only_ever_raises_spec_error():
+    """Seeded mutations of a valid proposal: each either builds or is a SpecError
+    whose every line is a non-empty message (no other exception escapes)."""
+    import random
+
+    rnd = random.Random(18)
+    pieces = ["```toml\n", "```\n", "### Guards\n", "### Minimum gain\n", "### Rounds\n",
+              "[verifier]\n", "[[guards]]\n", "[[quality]]\n", "alpha = ", "max_ratio = ",
+              "metric = 'wall_s'\n", "kind = 'waveform'\n", "min_snr_db = ", "files = ", "[",
+              "]", "{", "}", "=", "'", '"', "\n", "1e400", "nan", "-inf", "9" * 4400, "> ",
+              "- ", "<!--", "\t", "\r", "\x00", "\u2028", "\ufeff", "1.5x", "<= ", "%",
+              "[a" + ".a" * 300 + "]\n", "x = " + "[" * 400, "]" * 400, "true", "1979-05-27"]
+    base = ISSUE_FORM + toml_proposal("[verifier]\nalpha = 0.01\n[[guards]]\nmetric = 'wall_s'\n"
+                                      "max_ratio = 1.1")
+    for _ in range(300):
+        body = base
+        for _ in range(rnd.randint(1, 8)):
+            at = rnd.randint(0, len(body))
+            body = body[:at] + rnd.choice(pieces) + body[at + rnd.randint(0, 3):]
+        try:
+            build_task(REPO_CONFIG, body, "t")
+        except SpecError as e:
+            assert e.errors and all(isinstance(x, str) and x.strip() for x in e.errors)
