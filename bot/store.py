@@ -47,6 +47,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    case,
     create_engine,
     event,
     func,
@@ -608,6 +609,21 @@ class Store:
             if generation is not None:
                 q = q.where(Task.generation == generation)
             return s.execute(q.values(**fields)).rowcount == 1
+
+    def approve_proposal(self, task_id: int, body: str, *, generation: int | None = None,
+                         **fields) -> bool:
+        """Make ``body`` the proposal that runs (with ``fields``), in one statement:
+        a held edit stays held unless it is ``body`` (an edit made while this
+        approval was on its way is never dropped nor run)."""
+        return self.update_task(task_id, generation=generation, proposal=body,
+                                edited_proposal=case((Task.edited_proposal == body, None),
+                                                     else_=Task.edited_proposal), **fields)
+
+    def hold_edit(self, task_id: int, body: str) -> None:
+        """Hold ``body`` as the issue's unapproved edit, in one statement: none when
+        it is the proposal that runs."""
+        self.update_task(task_id, edited_proposal=case(
+            (func.coalesce(Task.proposal, "") == body, None), else_=body))
 
     def tasks(self) -> list[Task]:
         with self.tx() as s:
