@@ -136,8 +136,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     ``start_workers``: called at startup, returning an object with ``stop()``
     (e.g. a :class:`bot.worker.WorkerPool`); None runs no workers here.
     """
-    store = store or Store(settings.database_url, max_attempts=settings.max_attempts,
-                           replay_window_s=settings.replay_window_s)
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
     registry = CollectorRegistry(auto_describe=True)
     deliveries = Counter("rsi_webhook_deliveries", "Webhook deliveries by outcome",
                          ["event", "outcome"], registry=registry)

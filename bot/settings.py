@@ -106,10 +106,6 @@ class Settings(BaseSettings):
     allowed_installations: Annotated[list[int], NoDecode] = Field(
         default_factory=list,
         description="Installation ids served, comma-separated (empty: any).")
-    replay_window_s: float = Field(
-        7 * 86400.0, gt=0,
-        description="How long a processed body's digest is kept: the same signed body under a "
-        "new delivery id is refused as a duplicate within this window.")
 
     @field_validator("allowed_repos", "allowed_installations", mode="before")
     @classmethod
