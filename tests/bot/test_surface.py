@@ -398,3 +398,63 @@ def test_installation_allow_list_and_suspension(make_bot, fake_github, target):
     n = fake_github.open_issue(target, "Faster again", "x", by="alice")
     bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
     assert bot.store.find_task(target, n) is not None
+
+
+# ------------------------------------------------------------ issue 18: /metrics
+
+
+def _own_address() -> str | None:
+    """A non-loopback address of this machine (none on a loopback-only host)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") else addr
+
+
+def test_metrics_answer_only_this_machine_or_a_token(bot_settings, live_app):
+    import threading
+    import time
+
+    import uvicorn
+
+    from tests.bot._support import free_port
+
+    settings = bot_settings()
+    store = Store(settings.database_url)
+    with live_app(create_app(settings, store=store)) as server:
+        assert httpx.get(f"{server.url}/metrics").status_code == 200  # this machine
+        # a reverse proxy on this machine forwarding the world: not local
+        assert httpx.get(f"{server.url}/metrics",
+                         headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 401
+    token = "metrics-token-0123456789"
+    with live_app(create_app(settings.model_copy(update={"metrics_token": [token]}),
+                             store=store)) as server:
+        assert httpx.get(f"{server.url}/metrics").status_code == 401
+        assert httpx.get(f"{server.url}/metrics",
+                         headers={"Authorization": "Bearer wrong-token-0123456789"}
+                         ).status_code == 401
+        r = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200 and "rsi_jobs" in r.text
+    addr = _own_address()
+    if addr is None:
+        return
+    # a client on another address (this machine's own, not loopback): refused
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(settings, store=store), host="0.0.0.0",
+                                        port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 20
+        while not srv.started and time.time() < deadline and thread.is_alive():
+            time.sleep(0.02)
+        r = httpx.get(f"http://{addr}:{port}/metrics")
+        assert r.status_code == 401 and "rsi_jobs" not in r.text
+    finally:
+        srv.should_exit = True
+        thread.join(20)
