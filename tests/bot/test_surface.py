@@ -239,6 +239,23 @@ def test_a_rerun_with_a_digest_runs_that_text_or_nothing(make_bot, fake_github, 
     assert task.proposal == V2 and task.edited_proposal is None and harness.proposals[-1] == V2
 
 
+def test_a_label_runs_its_events_body_and_a_later_edit_stays_held(make_bot, fake_github,
+                                                                  target):
+    """The label binds the body in its event; an edit handled before it (v2) is
+    neither run nor dropped from the status comment."""
+    harness = FakeHarness()
+    bot = make_bot(harness)
+    n = fake_github.open_issue(target, "Faster", PROPOSAL, by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    edit(fake_github, bot, target, n, V1, by="mallory")
+    relabel = fake_github.label_issue(target, n, "rsi", by="alice")  # the writer read v1
+    edit(fake_github, bot, target, n, V2, by="mallory")
+    bot.deliver(relabel)
+    task = bot.store.find_task(target, n)
+    assert task.proposal == V1 and harness.proposals[-1] == V1 and task.edited_proposal == V2
+    assert render.proposal_digest(V2) in status_body(fake_github, target, n)
+
+
 def test_a_long_edit_says_how_much_is_hidden_and_links_the_whole_diff(
         make_bot, fake_github, target, live_app):
     """Padding cannot push a change out of sight: the status comment counts the
