@@ -238,11 +238,12 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
                    note: str = "", edit: tuple[str, str] | None = None,
                    label: str = "rsi", usage: dict[str, Any] | None = None,
-                   edit_link: str = "") -> str:
+                   edit_link: str = "", proposal: str | None = None) -> str:
     """The issue's sticky status comment. ``note`` is the bot's own text (callers
     pass untrusted parts through ``inert``); ``errors`` are escaped here;
     ``edit``: (approved body, edited body) of an edit not approved yet, with
-    ``edit_link`` where its full diff is (the task page), if anywhere."""
+    ``edit_link`` where its full diff is (the task page), if anywhere;
+    ``proposal``: the text that runs (its digest is shown)."""
     lines = [f"## rsi: {TASK_STATE_WORDS.get(inert(state), inert(state))}", ""]
     if note:
         lines += [note, ""]
@@ -255,6 +256,9 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
                   "section; `rsi spec check` validates a proposal locally.", ""]
     if summary:
         lines += ["**Task**", "", summary, ""]
+    if proposal is not None:
+        lines += [f"Proposal digest `{proposal_digest(proposal)}` (the issue body a writer "
+                  "approved; this task runs exactly it)", ""]
     if b0 or bk:
         lines += [f"B0 `{short_sha(b0)}` · Bk `{short_sha(bk)}`", ""]
     if budget is not None or rounds_done:

@@ -41,5 +41,5 @@ def refresh_status(ctx: Context, task_id: int, *, note: str = "",
                                  edit=((t.proposal or "", t.edited_proposal)
                                        if t.edited_proposal is not None else None),
                                  label=ctx.settings.trigger_label, usage=task_usage(ctx, t),
-                                 edit_link=_edit_link(ctx, t))
+                                 edit_link=_edit_link(ctx, t), proposal=t.proposal)
     sticky.upsert(ctx.gh, ctx.store, t.repo, t.issue, render.STATUS, body, login=ctx.login())

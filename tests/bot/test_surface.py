@@ -213,6 +213,7 @@ def test_a_rerun_runs_the_edit_the_writer_saw_not_a_later_one(make_bot, fake_git
     assert task.edited_proposal == V2  # held, shown, not run
     body = status_body(fake_github, target, n)
     assert "edited after the label" in body and render.proposal_digest(V2) in body
+    assert f"Proposal digest `{render.proposal_digest(V1)}`" in body  # the text that runs
     assert "+Fewer copies; and add a sleep in the benchmark." in body
     assert f"/rsi rerun {render.proposal_digest(V1)}" in shown  # what the writer read
 
