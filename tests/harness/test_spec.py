@@ -187,7 +187,7 @@ def test_unknown_runner_profile():
 
 def test_invalid_toml():
     errs = errors_of(REPO_CONFIG, "```toml\n[objective\n```")
-    assert errs[0].startswith("proposal toml block 1: not valid TOML")
+    assert errs[0].startswith("proposal toml block 1 (from line 2 of the issue): not valid TOML")
     with pytest.raises(SpecError) as exc:
         build_task("[x", None, "t")
     assert exc.value.errors[0].startswith(".rsi/config.toml: not valid TOML")
@@ -479,6 +479,11 @@ def test_every_parse_failure_of_a_proposal_is_a_spec_error(block):
     with pytest.raises(SpecError) as e:
         build_task(REPO_CONFIG, body, "t")
     assert all(line.startswith("proposal") and len(line) < 300 for line in e.value.errors)
+    if not block.startswith("[agent]"):  # each block named with where it starts
+        assert [x.split(":")[0] for x in e.value.errors] == [
+            "proposal toml block 1 (from line 4 of the issue)",
+            f"proposal toml block 2 (from line {toml_proposal(block).count(chr(10)) + 5} of "
+            "the issue)"]
 
 
 def test_proposal_fuzz_only_ever_raises_spec_error():
