@@ -335,6 +335,15 @@ def proposal_digest(text: str | None) -> str:
     return hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
 
 
+def digest_matches(text: str | None, digest: str) -> bool:
+    """Whether ``digest`` (at least :data:`DIGEST_CHARS` hex characters, up to the
+    whole SHA-256) is ``text``'s."""
+    import hashlib
+
+    full = hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).hexdigest()
+    return len(digest) >= DIGEST_CHARS and full.startswith(digest.lower())
+
+
 def proposal_diff(approved: str, edited: str) -> list[str]:
     """The unified diff of an edit, every line of it."""
     import difflib

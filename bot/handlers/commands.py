@@ -167,9 +167,9 @@ def _approved_edit(task: Task, digest: str | None, seen: str | None
     approved = task.proposal or ""
     if digest:
         for text in (seen, task.edited_proposal):
-            if text is not None and render.proposal_digest(text) == digest:
+            if text is not None and render.digest_matches(text, digest):
                 return (text if text != approved else None), None
-        if render.proposal_digest(approved) == digest:
+        if render.digest_matches(approved, digest):
             return None, None
         return None, (f"`{digest}` is not the digest of the proposal that runs nor of the issue "
                       "as you commented on it; the issue was edited again. Read the edit in the "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from bot import render
@@ -181,3 +183,11 @@ def test_check_progress_text_and_task_check():
         == "cancelled"
     assert render.task_check("failed", rounds_done=0, budget=None, candidates=[])["conclusion"] \
         == "neutral"
+
+
+def test_a_digest_matches_its_text_only_in_full():
+    text = "### Minimum gain\n\n5%\n"
+    d = render.proposal_digest(text)
+    assert len(d) == render.DIGEST_CHARS and render.digest_matches(text, d)
+    assert render.digest_matches(text, hashlib.sha256(text.encode()).hexdigest())
+    assert not render.digest_matches(text, d[:12]) and not render.digest_matches(text + " ", d)
