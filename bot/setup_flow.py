@@ -115,6 +115,18 @@ def convert(api_url: str, code: str, *, client: Any = None) -> AppCredentials:
                           d["pem"], d.get("webhook_secret"))
 
 
+def _check_owned(out: Path, st: os.stat_result) -> None:
+    if not stat.S_ISDIR(st.st_mode):
+        raise SetupError(f"{out} is not a plain directory (a symlink or a file): give --out a "
+                         "new directory")
+    if st.st_uid != os.geteuid():
+        raise SetupError(f"{out} is owned by user {st.st_uid}, not by you ({os.geteuid()}): "
+                         "give --out a directory of your own (a new one is created 0700)")
+    if st.st_mode & 0o022:
+        raise SetupError(f"{out} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+                         f"chmod 700 {out}, or give --out a new directory")
+
+
 def own_directory(out: Path, *, create: bool = True) -> Path:
     """``out`` as a directory this user owns, no one else may write to, and that
     is not a symlink (created 0700 when missing); else :class:`SetupError`. The
@@ -129,25 +141,37 @@ def own_directory(out: Path, *, create: bool = True) -> Path:
         st = os.lstat(out)
     except FileNotFoundError:
         return out  # created by store() later
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise SetupError(f"{out} is not a plain directory (a symlink or a file): give --out a "
-                         "new directory")
-    if st.st_uid != os.geteuid():
-        raise SetupError(f"{out} is owned by user {st.st_uid}, not by you ({os.geteuid()}): "
-                         "give --out a directory of your own (a new one is created 0700)")
-    if st.st_mode & 0o022:
-        raise SetupError(f"{out} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
-                         f"chmod 700 {out}, or give --out a new directory")
+    _check_owned(out, st)
     return out
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Create ``path`` 0600 with ``text``: never an existing file, never through a
-    symlink (``O_EXCL``): a file planted there first is refused, not written."""
+def _open_own_directory(out: Path) -> int:
+    """A file descriptor of ``out`` (never through a symlink), checked on the
+    descriptor itself: what is written under it goes where was checked, even if
+    the path is swapped afterwards."""
+    own_directory(out)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        raise SetupError(f"{out} is not a plain directory (a symlink or a file): give --out a "
+                         "new directory") from None
+    try:
+        _check_owned(out, os.fstat(fd))
+    except SetupError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_private(where: int, name: str, text: str, shown: Path) -> None:
+    """Create ``name`` 0600 in the directory ``where`` (a descriptor) with
+    ``text``: never an existing file, never through a symlink (``O_EXCL``): a
+    file planted there first is refused, not written."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                     dir_fd=where)
     except FileExistsError:
-        raise SetupError(f"{path} exists already (not created by this setup): remove it, or "
+        raise SetupError(f"{shown} exists already (not created by this setup): remove it, or "
                          "give --out a new directory") from None
     with os.fdopen(fd, "w") as fh:
         os.fchmod(fh.fileno(), 0o600)
@@ -157,21 +181,27 @@ def _write_private(path: Path, text: str) -> None:
 def store(creds: AppCredentials, out: Path, *, public_url: str,
           key_path: str | None = None) -> Path:
     """Write ``private-key.pem`` and ``app.env`` (0600, ``O_EXCL``) under ``out``, a
-    directory this user owns (:func:`own_directory`); refuse to replace either
-    file. Returns the path of ``app.env``."""
-    out = own_directory(out)
-    env_path = out / "app.env"
-    if os.path.lexists(env_path):
-        raise SetupError(f"{env_path} exists: an App is already set up there; move it away "
-                         "to set up another")
-    pem = out / "private-key.pem"
-    _write_private(pem, creds.pem)
-    lines = [f"RSI_GITHUB_APP_ID={creds.app_id}",
-             f"RSI_GITHUB_PRIVATE_KEY={key_path or pem.resolve()}",
-             f"RSI_BOT_LOGIN={creds.slug}[bot]", f"RSI_PUBLIC_URL={public_url}"]
-    if creds.webhook_secret:
-        lines.append(f"RSI_WEBHOOK_SECRET={creds.webhook_secret}")
-    _write_private(env_path, "\n".join(lines) + "\n")
+    directory this user owns (:func:`own_directory`, checked on its descriptor);
+    refuse to replace either file. Returns the path of ``app.env``."""
+    out = Path(out)
+    env_path, pem = out / "app.env", out / "private-key.pem"
+    dfd = _open_own_directory(out)
+    try:
+        try:
+            os.stat("app.env", dir_fd=dfd, follow_symlinks=False)
+            raise SetupError(f"{env_path} exists: an App is already set up there; move it "
+                             "away to set up another")
+        except FileNotFoundError:
+            pass
+        _write_private(dfd, "private-key.pem", creds.pem, pem)
+        lines = [f"RSI_GITHUB_APP_ID={creds.app_id}",
+                 f"RSI_GITHUB_PRIVATE_KEY={key_path or pem.resolve()}",
+                 f"RSI_BOT_LOGIN={creds.slug}[bot]", f"RSI_PUBLIC_URL={public_url}"]
+        if creds.webhook_secret:
+            lines.append(f"RSI_WEBHOOK_SECRET={creds.webhook_secret}")
+        _write_private(dfd, "app.env", "\n".join(lines) + "\n", env_path)
+    finally:
+        os.close(dfd)
     return env_path
 
 
