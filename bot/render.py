@@ -233,6 +233,10 @@ def task_summary(spec: Any) -> str:
     return "\n".join(lines)
 
 
+MAX_ERRORS_SHOWN = 50
+"""Problems of a proposal the status comment lists; the rest are counted."""
+
+
 def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
                    candidates: Iterable[Any] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
@@ -251,7 +255,10 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
         lines += edit_notice(edit[0], edit[1], label=label, full_diff=edit_link)
     if errors:
         lines += ["The proposal cannot run yet. Fix these and add the label again:", ""]
-        lines += [f"- {inert(e, one_line=True, max_len=1000)}" for e in errors]
+        lines += [f"- {inert(e, one_line=True, max_len=1000)}" for e in errors[:MAX_ERRORS_SHOWN]]
+        if len(errors) > MAX_ERRORS_SHOWN:  # said, never cut silently by the size limit
+            lines.append(f"- **{len(errors) - MAX_ERRORS_SHOWN:,} more problem(s) not shown "
+                         "here**; `rsi spec check` on the proposal lists them all")
         lines += ["", "The issue form (`.github/ISSUE_TEMPLATE/rsi-proposal.yml`) lists every "
                   "section; `rsi spec check` validates a proposal locally.", ""]
     if summary:

@@ -191,3 +191,10 @@ def test_a_digest_matches_its_text_only_in_full():
     assert len(d) == render.DIGEST_CHARS and render.digest_matches(text, d)
     assert render.digest_matches(text, hashlib.sha256(text.encode()).hexdigest())
     assert not render.digest_matches(text, d[:12]) and not render.digest_matches(text + " ", d)
+
+
+def test_a_proposal_with_thousands_of_problems_says_how_many_are_not_shown():
+    errors = [f"proposal guard {i} (m): max_ratio must be a number" for i in range(3000)]
+    text = render.status_comment(state="invalid", errors=errors)
+    assert len(text) < render.COMMENT_LIMIT and "cut to fit" not in text
+    assert f"**{3000 - render.MAX_ERRORS_SHOWN:,} more problem(s) not shown here**" in text
