@@ -14,8 +14,9 @@ Job states::
 * A delivery is claimed by inserting its id (``ON CONFLICT DO NOTHING``); the
   event job is inserted in the same transaction, so a delivery is stored and
   queued exactly once. The SHA-256 of its signed body is claimed the same way
-  and kept for good (a row of about 100 bytes per delivery; GitHub's signature
-  never expires, so neither may the record): a captured body replayed under a
+  and kept for good (about 220 bytes per delivery with its indexes on SQLite,
+  220 MB a million deliveries; GitHub's signature never expires, so neither may
+  the record): a captured body replayed under a
   fresh delivery id, however late, is a duplicate too.
 * A job dispatched to GitHub Actions is recorded with a one-time nonce
   (``Dispatch``); only a result carrying a recorded, unconsumed nonce is
