@@ -217,8 +217,14 @@ def test_container_kwargs_of_a_run_and_a_setup(tmp_path):
     assert rw == [{"bind": "/rsi/run", "mode": "rw"}]  # the run's own dir is the only one
     setup = iso.create_kwargs(Job("x", tmp_path, role="setup", writable=True))
     assert setup["volumes"][str(tmp_path.resolve())]["mode"] == "rw"
-    served = iso.create_kwargs(Job("x", tmp_path, network="net1"))
-    assert served["network"] == "net1" and "network_mode" not in served
+    # a serving run: the server in a loopback-only namespace, the client in the server's
+    server = iso.create_kwargs(Job("x", tmp_path, role="server", network="net1"))
+    assert server["network_mode"] == "none" and "network" not in server
+    with pytest.raises(ValueError, match="start its server job first"):
+        iso.create_kwargs(Job("x", tmp_path, role="client", network="net1"))
+    iso.netns_owner["net1"] = "abc123"
+    client = iso.create_kwargs(Job("x", tmp_path, role="client", network="net1"))
+    assert client["network_mode"] == "container:abc123" and "network" not in client
     assert iso.paths(Job("x", tmp_path, run_dir=run_dir, input_dir=tmp_path)) == {
         "RSI_RESULT": "/rsi/run/result.json",
         "RSI_OUTPUT_DIR": "/rsi/run/outputs",
@@ -374,6 +380,141 @@ def test_serving_benchmark_end_to_end_in_containers(docker_iso, tmp_path):
     left = [c.name for c in client.containers.list(all=True) if c.name in rec.extra["containers"]]
     assert left == []
     assert client.networks.list(names=[rec.extra["network"]]) == []
+
+
+#: Tries every address a job could reach the host at (each given one, and the
+#: default gateway of each of its routes) on the host listener's port.
+REACH = textwrap.dedent(
+    r"""
+    import json, os, socket, struct
+
+    def targets(given):
+        out = list(given)
+        try:
+            for line in open("/proc/net/route").read().splitlines()[1:]:
+                gw = int(line.split()[2], 16)
+                if gw:
+                    out.append(socket.inet_ntoa(struct.pack("<I", gw)))
+        except OSError:
+            pass
+        return sorted(set(out))
+
+    def reach(given, port):
+        seen = {}
+        for host in targets(given):
+            try:
+                socket.create_connection((host, port), timeout=2).close()
+                seen[host] = "reached"
+            except OSError as e:
+                seen[host] = type(e).__name__
+        return seen
+    """
+)
+
+REACHING_SERVER = REACH + textwrap.dedent(
+    r"""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    spec = json.load(open("hosts.json"))
+    found = json.dumps(reach(spec["hosts"], spec["port"])).encode()
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            data = found if self.path == "/reach" else b"ok"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    ThreadingHTTPServer(("0.0.0.0", int(os.environ["RSI_PORT"])), H).serve_forever()
+    """
+)
+
+REACHING_CLIENT = REACH + textwrap.dedent(
+    r"""
+    import time, urllib.request
+    spec = json.load(open("hosts.json"))
+    get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+    t0 = time.perf_counter()
+    server_saw = json.loads(get(os.environ["RSI_SERVER_URL"] + "/reach").read())
+    window = time.perf_counter() - t0
+    json.dump({"metrics": {"throughput": 1 / window}, "samples": {"latency_s": [window]},
+               "outputs": {"server": server_saw, "client": reach(spec["hosts"], spec["port"])},
+               "counts": {"requests": 1, "failed": 0}}, open(os.environ["RSI_RESULT"], "w"))
+    """
+)
+
+
+class HostListener:
+    """A TCP listener on this host bound to 0.0.0.0 (a runner service an
+    attacker wants), counting the connections it accepts."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[str] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, addr = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(addr[0])
+            conn.close()
+
+    def addresses(self) -> list[str]:
+        """Every IPv4 address of this host but loopback (docker0's among them)."""
+        import socket
+
+        return sorted({a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                       if a.family == socket.AF_INET and not a.address.startswith("127.")})
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.docker
+def test_a_served_candidate_and_its_client_reach_nothing_on_the_host(docker_iso, tmp_path):
+    """Attack: a candidate's server (and a client) connect to a service on the
+    runner bound to 0.0.0.0, at every host address and at their gateway. On an
+    ``--internal`` docker network they reached the gateway (the host's bridge
+    address) and docker0's address; in the server's loopback-only namespace,
+    nothing, while the client still reaches the server."""
+    listener = HostListener()
+    try:
+        base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+        spec = json.dumps({"hosts": listener.addresses(), "port": listener.port})
+        for d in (base, cand):
+            (d / "hosts.json").write_text(spec)
+        (cand / "server.py").write_text(REACHING_SERVER)
+        (base / "bench" / "client.py").write_text(REACHING_CLIENT)
+        # a sanity check of the listener itself: this host reaches it at its own addresses
+        import socket
+
+        socket.create_connection((listener.addresses()[0], listener.port), timeout=2).close()
+        deadline = time.monotonic() + 10  # the accepting thread records it
+        while not listener.accepted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(listener.accepted) == 1
+        rec = run_once(_serving(), cand, base_checkout=base, isolation=docker_iso)
+        assert rec.ok, rec.error + rec.stderr_tail
+        seen = rec.result.outputs
+        assert set(seen["server"]) >= set(listener.addresses())  # every address was tried
+        assert "reached" not in seen["server"].values(), seen
+        assert "reached" not in seen["client"].values(), seen
+        assert len(listener.accepted) == 1, listener.accepted  # only the sanity check's
+    finally:
+        listener.close()
 
 
 @pytest.mark.docker
