@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.netprobe import REACH, HostListener
 from verifier.config import BenchmarkConfig
 from verifier.isolation import (
     ContainerIsolation,
@@ -382,35 +383,6 @@ def test_serving_benchmark_end_to_end_in_containers(docker_iso, tmp_path):
     assert client.networks.list(names=[rec.extra["network"]]) == []
 
 
-#: Tries every address a job could reach the host at (each given one, and the
-#: default gateway of each of its routes) on the host listener's port.
-REACH = textwrap.dedent(
-    r"""
-    import json, os, socket, struct
-
-    def targets(given):
-        out = list(given)
-        try:
-            for line in open("/proc/net/route").read().splitlines()[1:]:
-                gw = int(line.split()[2], 16)
-                if gw:
-                    out.append(socket.inet_ntoa(struct.pack("<I", gw)))
-        except OSError:
-            pass
-        return sorted(set(out))
-
-    def reach(given, port):
-        seen = {}
-        for host in targets(given):
-            try:
-                socket.create_connection((host, port), timeout=2).close()
-                seen[host] = "reached"
-            except OSError as e:
-                seen[host] = type(e).__name__
-        return seen
-    """
-)
-
 REACHING_SERVER = REACH + textwrap.dedent(
     r"""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -447,42 +419,6 @@ REACHING_CLIENT = REACH + textwrap.dedent(
 )
 
 
-class HostListener:
-    """A TCP listener on this host bound to 0.0.0.0 (a runner service an
-    attacker wants), counting the connections it accepts."""
-
-    def __init__(self) -> None:
-        import socket
-        import threading
-
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("0.0.0.0", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.accepted: list[str] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, addr = self.sock.accept()
-            except OSError:
-                return
-            self.accepted.append(addr[0])
-            conn.close()
-
-    def addresses(self) -> list[str]:
-        """Every IPv4 address of this host but loopback (docker0's among them)."""
-        import socket
-
-        return sorted({a.address for addrs in psutil.net_if_addrs().values() for a in addrs
-                       if a.family == socket.AF_INET and not a.address.startswith("127.")})
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.mark.docker
 def test_a_served_candidate_and_its_client_reach_nothing_on_the_host(docker_iso, tmp_path):
     """Attack: a candidate's server (and a client) connect to a service on the
@@ -493,23 +429,17 @@ def test_a_served_candidate_and_its_client_reach_nothing_on_the_host(docker_iso,
     listener = HostListener()
     try:
         base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
-        spec = json.dumps({"hosts": listener.addresses(), "port": listener.port})
+        hosts = listener.addresses()  # once: other sessions add and remove docker networks
+        spec = json.dumps({"hosts": hosts, "port": listener.port})
         for d in (base, cand):
             (d / "hosts.json").write_text(spec)
         (cand / "server.py").write_text(REACHING_SERVER)
         (base / "bench" / "client.py").write_text(REACHING_CLIENT)
-        # a sanity check of the listener itself: this host reaches it at its own addresses
-        import socket
-
-        socket.create_connection((listener.addresses()[0], listener.port), timeout=2).close()
-        deadline = time.monotonic() + 10  # the accepting thread records it
-        while not listener.accepted and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(listener.accepted) == 1
+        listener.sanity_check()
         rec = run_once(_serving(), cand, base_checkout=base, isolation=docker_iso)
         assert rec.ok, rec.error + rec.stderr_tail
         seen = rec.result.outputs
-        assert set(seen["server"]) >= set(listener.addresses())  # every address was tried
+        assert set(seen["server"]) >= set(hosts)  # every address was tried
         assert "reached" not in seen["server"].values(), seen
         assert "reached" not in seen["client"].values(), seen
         assert len(listener.accepted) == 1, listener.accepted  # only the sanity check's
