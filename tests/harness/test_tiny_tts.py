@@ -206,7 +206,7 @@ def test_evaluator_refuses_other_formats(tmp_path):
 def test_client_counts_every_request_as_failed_without_a_server(tmp_path):
     client = _bench_module("client")
     res = client.run("http://127.0.0.1:9", ["the cat", "a dog"], 2, tmp_path / "out", timeout_s=5)
-    assert res["counts"] == {"requests": 2, "failed": 2} and res["metrics"]["throughput"] == 0.0
+    assert res["counts"] == {"requests": 2, "failed": 2, "stalled": 0} and res["metrics"]["throughput"] == 0.0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["req-000.wav", "req-001.wav"]
 
 
@@ -312,8 +312,9 @@ def test_server_client_and_evaluator_follow_the_protocol(tmp_path):
         server.close()
     (tmp_path / "r.json").write_text(json.dumps(res))
     loaded = load_result(tmp_path / "r.json", expected_metrics=["throughput", "rtf"])
-    assert loaded.counts == {"requests": 5, "failed": 0} and loaded.metrics["throughput"] > 0
-    assert len(loaded.samples["latency_s"]) == len(loaded.samples["ttfa_s"]) == 5
+    assert loaded.counts["requests"] == 5 and loaded.counts["failed"] == 0 and loaded.metrics["throughput"] > 0
+    assert len(loaded.samples["latency_s"]) == len(loaded.samples["ttfa_s"]) == len(loaded.samples["stall_s"]) == 5
+    assert all(s >= 0 for s in loaded.samples["stall_s"])
     assert all(t < lat for t, lat in zip(loaded.samples["ttfa_s"], loaded.samples["latency_s"], strict=True))
     assert loaded.outputs["audio_samples"] == [len(_tokens(t)) * vocab.HOP for t in texts]
     heard = evaluate.evaluate(tmp_path / "wav")["outputs"]
