@@ -267,8 +267,7 @@ def test_engine_streams_deterministic_tone_pair_audio(monkeypatch):
     model = _tiny_tts_module("tiny_tts.model")
     pipeline = _tiny_tts_module("tiny_tts.pipeline")
     m = model.build(seed=0)
-    ref = model.reference_audio(seed=0)
-    with pipeline.TTSServer(m, ref) as engine:
+    with pipeline.TTSServer(m) as engine:
         chunks = list(engine.synthesize("the small red boat sings"))
         again = list(engine.synthesize("the small red boat sings"))
     codes = [c for ch in chunks for c in ch.codes]
@@ -289,6 +288,49 @@ def test_engine_streams_deterministic_tone_pair_audio(monkeypatch):
     assert 5 < snr < 25  # far below the waveform guard's 40 dB
     assert not engine._worker.is_alive()  # closing stops the stats worker
     assert os.environ.get("RSI_KERNEL_ROPE") == "eager"  # the rope_variant knob, applied at start
+
+
+@pytest.mark.torch
+def test_the_audio_is_the_models_work_for_each_requests_speaker(monkeypatch):
+    """Issue 17.3, the tabulation attack: the decoder emits the aligned token,
+    so without speakers a table token -> PCM frame reproduced the audio with no
+    model at all. Every request now names its speaker (the client's, drawn from
+    the hidden seed): the same text and speaker give the same audio, another
+    speaker other audio (the words still heard), and a table of token audio
+    built from other speakers' requests is far below the waveform guard."""
+    import tomllib
+
+    monkeypatch.delenv("RSI_KERNEL_ROPE", raising=False)
+    model = _tiny_tts_module("tiny_tts.model")
+    pipeline = _tiny_tts_module("tiny_tts.pipeline")
+    text = "the small red boat sings"
+    styles = vocab.styles(3, seed=5)
+    assert len(set(styles)) == 3 and styles == vocab.styles(3, seed=5)
+    with pipeline.TTSServer(model.build(seed=0)) as engine:
+        def pcm(txt: str, style: int) -> np.ndarray:
+            chunks = list(engine.synthesize(txt, style))
+            return np.frombuffer(b"".join(c.pcm for c in chunks), dtype="<i2") / 32767.0
+
+        a, again, b = pcm(text, styles[0]), pcm(text, styles[0]), pcm(text, styles[1])
+        # the attacker's table: token -> frame, learnt from every frame of other requests
+        table = {}
+        for style in (0, styles[2]):
+            for word in text.split():
+                frames = pcm(word, style).reshape(-1, model.HOP)
+                for f, tok in zip(frames, _tokens(word), strict=True):
+                    table[tok] = f
+    assert np.array_equal(a, again)  # deterministic per (text, speaker): Bk is repeatable
+    assert evaluate.transcribe(a)[0] == evaluate.transcribe(b)[0] == text
+    replay = np.concatenate([table[t] for t in _tokens(text)])
+    assert evaluate.transcribe(replay)[0] == text  # the words survive: only the waveform guard can tell
+
+    def snr(x, y):
+        return float(10 * np.log10((x ** 2).sum() / ((x - y) ** 2).sum()))
+
+    cfg = tomllib.loads((EXAMPLE / ".rsi" / "config.toml").read_text())
+    (wave_guard,) = [q for q in cfg["quality"] if q["kind"] == "waveform"]
+    assert snr(a, b) < wave_guard["min_snr_db"]
+    assert snr(a, replay) < wave_guard["min_snr_db"]
 
 
 @pytest.mark.torch

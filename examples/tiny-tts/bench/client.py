@@ -7,8 +7,12 @@ candidate's server, timed from outside the candidate's process.
                            [--seed $RSI_SEED] [--ttfa-ms 100]
                            [--out-dir $RSI_OUTPUT_DIR] [--result $RSI_RESULT]
 
-Request texts are drawn from ``bench/vocab.py`` with the seed (``$RSI_SEED``:
-the verifier's hidden seed; the server never sees it). ``--concurrency``
+Request texts, and a speaker (``style``) per request, are drawn from
+``bench/vocab.py`` with the seed (``$RSI_SEED``: the verifier's hidden seed;
+the server never sees it, only each request's own text and style). The
+speaker is a hidden per-request input only the model turns into audio: a
+server that replays a table of token audio instead of running the model
+sounds like the wrong speaker. ``--concurrency``
 requests are in flight at a time; each streams its audio back (chunked
 16-bit PCM, see ``tiny_tts/server.py``) and is saved as
 ``$RSI_OUTPUT_DIR/req-NNN.wav`` (an empty WAV for a failed request, so the
@@ -26,8 +30,9 @@ files stay in request order). The result (rsi benchmark protocol) goes to
               have waited for audio afterwards: 0 for a stream that keeps up
               with real time; a server that sends its first chunk at once and
               then buffers the utterance stalls for the rest of its work)
-    outputs   references (the texts sent), audio_samples (samples received per
-              request), audio_files (the WAV names, in request order)
+    outputs   references (the texts sent), styles (the speakers asked for),
+              audio_samples (samples received per request), audio_files (the
+              WAV names, in request order)
     counts    requests, failed, stalled (requests with stall_s above ``STALL_SLACK_S``)
 
 A request fails on a connection error, a status other than 200, a sample rate
@@ -64,6 +69,7 @@ STALL_SLACK_S = 0.02
 @dataclass
 class Response:
     text: str
+    style: int = 0
     ok: bool = False
     error: str = ""
     ttfa_s: float = 0.0
@@ -114,12 +120,12 @@ def _env_int(*names: str, default: int) -> int:
     return default
 
 
-def request(url: str, text: str, timeout_s: float, ttfa_ms: float = TTFA_MS) -> Response:
+def request(url: str, text: str, timeout_s: float, ttfa_ms: float = TTFA_MS, style: int = 0) -> Response:
     """One streaming synthesis request, timed from the send to the last byte;
     every read's arrival is noted (for ttfa_s and stall_s)."""
     parts = urlsplit(url)
-    res = Response(text=text)
-    body = json.dumps({"text": text}).encode()
+    res = Response(text=text, style=style)
+    body = json.dumps({"text": text, "style": style}).encode()
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
     t0 = time.perf_counter()
     try:
@@ -166,10 +172,12 @@ def write_wav(path: Path, pcm: bytes) -> None:
 
 
 def run(url: str, texts: list[str], concurrency: int, out_dir: Path | None, timeout_s: float,
-        ttfa_ms: float = TTFA_MS) -> dict:
+        ttfa_ms: float = TTFA_MS, styles: list[int] | None = None) -> dict:
+    styles = list(styles) if styles is not None else [0] * len(texts)
     t_start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        responses = list(pool.map(lambda t: request(url, t, timeout_s, ttfa_ms), texts))
+        responses = list(pool.map(lambda ts: request(url, ts[0], timeout_s, ttfa_ms, ts[1]),
+                                  zip(texts, styles, strict=True)))
     window = time.perf_counter() - t_start
     ok = [r for r in responses if r.ok]
     for r in responses:
@@ -192,7 +200,7 @@ def run(url: str, texts: list[str], concurrency: int, out_dir: Path | None, time
             "rtf": window / audio_s if audio_s else 0.0,
         },
         "samples": {"latency_s": latencies, "ttfa_s": ttfas, "stall_s": stalls},
-        "outputs": {"references": texts, "audio_samples": samples, "audio_files": names},
+        "outputs": {"references": texts, "styles": styles, "audio_samples": samples, "audio_files": names},
         "counts": {"requests": len(texts), "failed": len(texts) - len(ok),
                    "stalled": sum(r.stall_s > STALL_SLACK_S for r in ok)},
         "meta": {"window_s": window, "concurrency": concurrency, "ttfa_ms": ttfa_ms,
@@ -218,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--ttfa-ms must be positive")
     texts = vocab.prompts(args.requests, args.seed)
     result = run(args.url, texts, args.concurrency, Path(args.out_dir) if args.out_dir else None, args.timeout,
-                 args.ttfa_ms)
+                 args.ttfa_ms, vocab.styles(args.requests, args.seed))
     text = json.dumps(result, indent=1)
     if args.result:
         Path(args.result).write_text(text)
