@@ -187,7 +187,7 @@ def init_cmd(
     found = detect(repo)
     ask = not yes and _interactive()
     if found.source:
-        typer.echo(f"detected: {found.command} ({found.source})")
+        typer.echo(f"detected: {found.command or found.client} ({found.source})")
     command = command or found.command
     if ask:
         command = typer.prompt("Benchmark command", default=command)
