@@ -53,7 +53,9 @@ NO_HOST_ADDRESS = {"com.docker.network.bridge.inhibit_ipv4": "true"}
 
 def check_no_host_address(network: Any) -> None:
     """Raise EgressError when this host holds an address of ``network``'s
-    subnets (its gateway): the agent would reach the host around the proxy."""
+    subnets (its gateway): the agent would reach the host around the proxy.
+    Seen from this process's network namespace: run the harness on the host
+    (a harness in a container of its own cannot see the host's interfaces)."""
     import ipaddress
     import socket
 
