@@ -301,7 +301,7 @@ def _http_status(host: str, port: int, path: str, timeout_s: float) -> int | Non
 PROBE_SCRIPT = (
     'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 2\n'
     "printf 'GET %s HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n' \"$2\" >&3\n"
-    'IFS= read -r -t "$3" line <&3 || exit 3\n'
+    'IFS= read -r -n 64 -t "$3" line <&3 || exit 3\n'  # a status line, never a flood
     "printf '%s\\n' \"$line\"\n"
 )
 PROBE_USER = "65534:65534"

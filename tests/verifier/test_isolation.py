@@ -233,6 +233,15 @@ def test_container_kwargs_of_a_run_and_a_setup(tmp_path):
     }
 
 
+def test_the_readiness_probe_reads_a_status_line_only():
+    from verifier.isolation import PROBE_SCRIPT, parse_status_line
+
+    assert parse_status_line("HTTP/1.0 200 OK\r") == 200
+    assert parse_status_line("HTTP/1.1 503 Service Unavailable\r\n") == 503
+    assert parse_status_line("") is None and parse_status_line("200 OK") is None
+    assert "-n 64" in PROBE_SCRIPT  # a server flooding the probe sends the verifier 64 bytes
+
+
 def test_spec_file_and_cli_choices(tmp_path):
     f = tmp_path / "spec.json"
     f.write_text(json.dumps({"image": "img", "base_kwargs": {"pids_limit": 64}}))
