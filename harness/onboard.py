@@ -67,6 +67,9 @@ class Detected:
     samples: dict[str, str] = field(default_factory=dict)
     source: str = ""
     """Where the guess comes from (shown to the user)."""
+    client: str | None = None
+    """A load generator of the repo (a script that writes $RSI_RESULT and reads
+    $RSI_SERVER_URL): the benchmark is then a serving one, ``command`` the server."""
 
 
 @dataclass
@@ -79,6 +82,10 @@ class InitAnswers:
     min_gain: float = 0.05
     timeout_s: int = 600
     ready_pattern: str | None = None
+    client: str | None = None
+    """The repo's load generator (:attr:`Detected.client`): ``command`` is then the
+    server (``serve``), and the objective must come from outside the candidate
+    (``require_external = true``)."""
     editable: list[str] = field(default_factory=lambda: ["**"])
     device: Literal["cpu", "cuda", "npu"] = "cpu"
     ref: str = field(default_factory=release_ref)
@@ -190,6 +197,9 @@ def detect(repo: Path, *, ref: str | None = None) -> Detected:
     native = [p for p in scripts if "RSI_RESULT" in texts[p]]
     for rel in native:
         metrics, samples = _result_keys(texts[rel])
+        if "RSI_SERVER_URL" in texts[rel]:  # a client: the command to find is the server's
+            return Detected(None, metrics, samples, f"{rel} is a load generator (reads "
+                            "$RSI_SERVER_URL): give your server's command", client=f"python {rel}")
         return Detected(f"python {rel}", metrics, samples, f"{rel} writes $RSI_RESULT")
     if "Makefile" in files:
         m = re.search(r"^(bench(?:mark)?)\s*:", files["Makefile"], re.M)
@@ -221,7 +231,12 @@ def render_config(a: InitAnswers) -> str:
         '# "outputs": {...}, "counts": {"failed": 0}}. The verifier runs it many times,',
         "# alternating baseline and candidate, each run in a fresh container.",
         f"[benchmarks.{a.benchmark}]",
-        f"command = {_s(a.command)}",
+        *([f"command = {_s(a.command)}"] if not a.client else [
+            f"serve = {_s(a.command)}                  # your server, from the candidate's checkout; "
+            "it listens on $RSI_PORT",
+            'ready_path = "/health"               # polled until it answers 200',
+            f"client = {_s(a.client)}             # protected: run from the baseline, reaches the "
+            "server at $RSI_SERVER_URL"]),
         f"timeout_s = {a.timeout_s}                     # one run; the whole process group is killed after",
         f"ready_pattern = {_s(a.ready_pattern)}" if a.ready_pattern else
         '# ready_pattern = "READY"              # a stdout line that ends start-up (-> startup_s)',
@@ -251,6 +266,9 @@ def render_config(a: InitAnswers) -> str:
         "# required = true                      # a proposal may not loosen it",
         *_guard_lines(a),
         "",
+        *(["# This repo has a load generator: the objective and the required guards must be",
+            "# measured outside the candidate (a server cannot report its own speed).",
+            "[verifier]", "require_external = true", ""] if a.client else []),
         "# What an agent may change. .rsi/** and .github/** are always protected, and so",
         "# is every file a benchmark command names. Globs use .gitignore rules.",
         "[policy]",
