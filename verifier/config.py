@@ -133,6 +133,10 @@ class BenchmarkConfig(_Model):
     """Declared metrics and their better direction."""
     samples: dict[str, Direction] = Field(default_factory=dict)
     """Declared sample series (per-request values) and their better direction."""
+    units: dict[str, str] = Field(default_factory=dict)
+    """Unit of each declared metric or sample series (parsed with pint: "s", "ms",
+    "1/s", "token/s", "MiB"); a series' percentiles take its unit. Reports show a
+    metric without one as a plain number: units are never guessed from names."""
 
     @field_validator("ready_pattern")
     @classmethod
@@ -161,10 +165,34 @@ class BenchmarkConfig(_Model):
             return "evaluator"
         return "client" if self.serving else "benchmark"
 
+    def unit_of(self, metric: str) -> str:
+        """``metric``'s unit: declared in ``units`` (a percentile takes its
+        series'), or the verifier's own for what it measures; else ``""``."""
+        from .units import MEASURED_UNITS, canonical
+
+        if metric in self.units:
+            return canonical(self.units[metric])
+        if metric in self.measured() and metric not in self.metrics:
+            return MEASURED_UNITS.get(metric, "")
+        for series in self.samples:
+            if series in self.units and metric in {percentile_name(series, q) for q in PERCENTILES}:
+                return canonical(self.units[series])
+        return ""
+
     def problems(self) -> list[str]:
         """What is wrong with the shape of this benchmark (empty: nothing)."""
         where = f"benchmarks.{self.name}"
         out = []
+        from .units import canonical
+
+        for m, unit in self.units.items():
+            try:
+                canonical(unit)
+            except ValueError as exc:
+                out.append(f"{where}.units.{m}: {exc}")
+            if m not in self.metrics and m not in self.samples:
+                out.append(f"{where}.units: '{m}' is not a declared metric or sample series "
+                           f"of this benchmark (declared: {', '.join([*self.metrics, *self.samples]) or 'none'})")
         if self.command is not None and (self.serve or self.client):
             out.append(f"{where}: give either command (in-process) or serve + client, not both")
         elif self.command is None and not (self.serve and self.client):

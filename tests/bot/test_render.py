@@ -69,7 +69,7 @@ def test_report_has_the_required_parts():
     assert "Accepted" in text or "accepted" in text
     assert "comparing" in text and "cacacacaca" in text and "bkbkbkbkbk" in text
     assert "b0b0b0b0b0" in text
-    assert "| metric | B0 | Bk | candidate |" in text and "95% interval" in text
+    assert "| metric | B0 | Bk | candidate |" in text and "interval (level)" in text
     for name in ("throughput", "latency_p95_s", "peak_rss_mib", "WER"):
         assert name in text
     assert "peak memory +4.0%" in text
