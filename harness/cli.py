@@ -171,24 +171,56 @@ def init_cmd(
     min_gain: float = typer.Option(0.05, "--min-gain", help="Smallest gain worth a PR (0.05 = 5%)."),
     benchmark: str = typer.Option("main", "--benchmark", help="The benchmark's name in the config."),
     device: str = typer.Option("cpu", "--device", help="Runner profile: cpu | cuda | npu."),
+    agent: str = typer.Option("mini-swe-agent", "--agent", help="Who proposes changes: mini-swe-agent | "
+                              "claude-code | codex | aider | command | replay (tuner needs [[knobs]])."),
+    scaffold: str | None = typer.Option(None, "--scaffold", help="No benchmark yet? Write one: serving "
+                                        "(your server + a protected client) or inprocess (your function)."),
+    serve: str | None = typer.Option(None, "--serve", help="serving: your server command; it listens on $RSI_PORT."),
+    endpoint: str = typer.Option("/generate", "--endpoint", help="serving: the path the client POSTs to."),
+    input_field: str = typer.Option("prompt", "--input-field", help="serving: the JSON key of the prompt."),
+    ready_path: str | None = typer.Option(None, "--ready-path", help="serving: answers 200 when ready (default /health)."),
+    ready_pattern: str | None = typer.Option(None, "--ready-pattern", help="serving: a line the server prints when ready."),
+    entry: str | None = typer.Option(None, "--entry", help="inprocess: package.module:function (prompt -> output)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing: take the flags and what is detected."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
-    """Write .rsi/config.toml, the caller workflow, a config-check workflow and the issue form."""
+    """Write .rsi/config.toml, the caller workflow, a config-check workflow and the issue form;
+    with no benchmark in the repo, scaffold one (--scaffold)."""
     from harness.onboard import (
         InitAnswers,
         InitError,
         detect,
         next_steps,
         render_files,
+        source_examples,
         write_files,
     )
 
     found = detect(repo)
     ask = not yes and _interactive()
-    if found.source:
+    if found.source and not scaffold:
         typer.echo(f"detected: {found.command} ({found.source})")
-    command = command or found.command
+    command = command or (None if scaffold else found.command)
+    if not command and not scaffold and ask:
+        typer.echo("No benchmark found. rsi init can write one for you.")
+        scaffold = typer.prompt("How does this repo run inference: serving (an HTTP server) or "
+                                "inprocess (a Python function)?", default="serving")
+    if scaffold:
+        if ask:
+            if scaffold == "serving":
+                serve = typer.prompt("Server command (it must listen on $RSI_PORT)", default=serve)
+                endpoint = typer.prompt("Path the client POSTs a prompt to", default=endpoint)
+                input_field = typer.prompt("JSON key of the prompt", default=input_field)
+                ready_path = typer.prompt("Path that answers 200 when ready", default=ready_path or "/health")
+            else:
+                entry = typer.prompt("Inference function (package.module:function)", default=entry)
+            agent = typer.prompt("Agent (mini-swe-agent, claude-code, codex, aider, command, replay)",
+                                 default=agent)
+        _init_scaffold(repo, scaffold=scaffold, serve=serve or "", entry=entry or "",
+                       endpoint=endpoint, input_field=input_field, ready_path=ready_path,
+                       ready_pattern=ready_pattern, benchmark=benchmark, objective=objective,
+                       min_gain=min_gain, agent=agent, device=device, force=force)
+        return
     if ask:
         command = typer.prompt("Benchmark command", default=command)
     metrics = _metric_option(metric) or dict(found.metrics)
@@ -204,10 +236,16 @@ def init_cmd(
     if device not in ("cpu", "cuda", "npu"):
         raise typer.BadParameter("cpu, cuda or npu", param_hint="--device")
     if not command:
-        typer.echo("no benchmark command found; pass --command", err=True)
+        typer.echo("rsi init: no benchmark found in this repo. Either scaffold one:\n"
+                   "  rsi init --scaffold serving --serve 'python -m app.server --port $RSI_PORT'\n"
+                   "  rsi init --scaffold inprocess --entry package.module:generate\n"
+                   "or name yours: rsi init --command 'python bench.py' --metric tokens_per_s=higher\n"
+                   "Writing a benchmark: https://github.com/rsi-bot/rsi-bot/blob/main/docs/"
+                   "writing-a-benchmark.md", err=True)
         raise typer.Exit(2)
     answers = InitAnswers(command=command, metrics=metrics, objective=objective, benchmark=benchmark,
-                          samples=dict(found.samples) if command == found.command else {}, min_gain=min_gain, device=device)
+                          samples=dict(found.samples) if command == found.command else {}, min_gain=min_gain,
+                          device=device, agent=agent, examples=source_examples(repo))
     try:
         written = write_files(repo, render_files(answers), force=force)
     except InitError as exc:
@@ -216,6 +254,50 @@ def init_cmd(
     for p in written:
         typer.echo(f"wrote {p}")
     typer.echo(next_steps(answers))
+
+
+def _init_scaffold(repo: Path, *, scaffold: str, serve: str, entry: str, endpoint: str,
+                   input_field: str, ready_path: str | None, ready_pattern: str | None,
+                   benchmark: str, objective: str | None, min_gain: float, agent: str,
+                   device: str, force: bool) -> None:
+    """``rsi init --scaffold``: a benchmark, its config, and the GitHub files."""
+    from harness.onboard import (
+        InitAnswers,
+        InitError,
+        _runner_lines,
+        render_files,
+        source_examples,
+        write_files,
+    )
+    from harness.scaffold import BENCH_DIR, Scaffold, ScaffoldError, next_steps, scaffold_files
+
+    if device not in ("cpu", "cuda", "npu"):
+        raise typer.BadParameter("cpu, cuda or npu", param_hint="--device")
+    sc = Scaffold(kind=scaffold, serve=serve, entry=entry, endpoint=endpoint,  # type: ignore[arg-type]
+                  input_field=input_field,
+                  ready_path=ready_path if (ready_path or not ready_pattern) else None,
+                  ready_pattern=ready_pattern, benchmark=benchmark,
+                  objective=objective or "throughput", min_gain=min_gain, agent=agent)
+    if sc.ready_path is None and not sc.ready_pattern:
+        sc.ready_path = "/health"
+    cmd = f"python {BENCH_DIR}/{'client' if scaffold == 'serving' else 'bench'}.py"
+    answers = InitAnswers(command=cmd, metrics={"throughput": "higher"}, objective="throughput",
+                          benchmark=benchmark, device=device, agent=agent,  # type: ignore[arg-type]
+                          examples=source_examples(repo))
+    try:
+        files = render_files(answers)
+        files.update(scaffold_files(sc, _runner_lines(answers)))
+        form_others = ["latency_p95_s", "ttfa_p50_s"]
+        from harness.onboard import FORM_PATH, render_form
+
+        files[FORM_PATH] = render_form(benchmark, sc.objective, form_others, answers.examples)
+        written = write_files(repo, files, force=force)
+    except (InitError, ScaffoldError) as exc:
+        typer.echo(f"rsi init: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for p in written:
+        typer.echo(f"wrote {p}")
+    typer.echo(next_steps(sc))
 
 
 @app.command("run")

@@ -82,6 +82,10 @@ class InitAnswers:
     editable: list[str] = field(default_factory=lambda: ["**"])
     device: Literal["cpu", "cuda", "npu"] = "cpu"
     ref: str = field(default_factory=release_ref)
+    agent: str = "mini-swe-agent"
+    """An agent kind that runs without [[knobs]] (the tuner needs them)."""
+    examples: list[str] = field(default_factory=list)
+    """Source files of this repo (:func:`source_examples`): the issue form's placeholders."""
 
     def problems(self) -> list[str]:
         out = []
@@ -99,6 +103,10 @@ class InitAnswers:
                        f"({', '.join(self.metrics) or 'none'})")
         if not 0 <= self.min_gain <= 10:
             out.append(f"min_gain {self.min_gain} is outside 0..10 (0.05 means 5% better)")
+        if self.agent == "tuner":
+            out.append("the tuner needs [[knobs]], which init cannot know: pick another --agent "
+                       "(mini-swe-agent, claude-code, codex, aider, command, replay) and add "
+                       "knobs later")
         if not re.fullmatch(r"[A-Za-z_][\w-]*", self.benchmark):
             out.append(f"benchmark name {self.benchmark!r}: use letters, digits, '_' or '-'")
         return out
@@ -215,12 +223,16 @@ def render_config(a: InitAnswers) -> str:
         "# API host in the runner profile's allowed_hosts.",
         "[agent]",
         "rounds = 6",
-        '# kind = "mini-swe-agent"',
-        '# env = ["OPENAI_API_KEY"]',
+        f"kind = {_s(a.agent)}",
+        *([f"env = [{_s(_AGENT_ENV[a.agent])}]"] if a.agent in _AGENT_ENV else []),
         "",
         *_runner_lines(a),
     ]
     return "\n".join(lines) + "\n"
+
+
+_AGENT_ENV = {"mini-swe-agent": "OPENAI_API_KEY", "aider": "OPENAI_API_KEY",
+              "claude-code": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}
 
 
 def _guard_lines(a: InitAnswers) -> list[str]:
@@ -262,8 +274,44 @@ def render_files(a: InitAnswers) -> dict[str, str]:
         CONFIG_PATH: render_config(a),
         CALLER_PATH: fill(_template("rsi-job-caller.yml")),
         CHECK_PATH: fill(_template("rsi-config-check.yml")),
-        FORM_PATH: _template("rsi-proposal.yml"),
+        FORM_PATH: render_form(a.benchmark, a.objective, [m for m in a.metrics if m != a.objective],
+                               a.examples),
     }
+
+
+def render_form(benchmark: str, metric: str, others: list[str], examples: list[str]) -> str:
+    """The issue form, its placeholders taken from this repo: its benchmark,
+    objective, other metrics and source files (JSON strings: valid YAML scalars)."""
+    guards = [f"{m} <= 1.05x" for m in others[:2]] or ["peak_rss_mib <= 1.05x"]
+    files = ", ".join(examples[:2]) or "src/model.py"
+    idea = (f"What to change in {examples[0]} and why it should help {metric}." if examples
+            else f"What to change and why it should help {metric}.")
+    sub = {"@BENCHMARK@": benchmark, "@METRIC@": metric, "@GUARDS@": "\n".join(guards),
+           "@EDITABLE@": files, "@IDEA@": idea}
+    text = _template("rsi-proposal.yml")
+    for k, v in sub.items():
+        text = text.replace(k, json.dumps(v[:300]))
+    return text
+
+
+_SOURCE_SUFFIXES = (".py", ".cc", ".cpp", ".cu", ".rs", ".go", ".c", ".h")
+_NOT_SOURCE = re.compile(r"(^|/)(tests?|bench(mark)?s?|docs?|examples?|\.\w+|build|dist|"
+                         r"node_modules|venv|site-packages)/|(^|/)(setup|conftest)\.py$|(^|/)test_")
+
+
+def source_examples(repo: Path, limit: int = 2) -> list[str]:
+    """This repo's largest source files outside tests, benchmarks and docs (the
+    likely hot paths), for the issue form's placeholders."""
+    repo = Path(repo)
+    found = []
+    for p in repo.rglob("*"):
+        if len(found) > 2000:
+            break
+        if p.suffix in _SOURCE_SUFFIXES and _plain(p):
+            rel = p.relative_to(repo).as_posix()
+            if not _NOT_SOURCE.search(rel):
+                found.append((p.stat().st_size, rel))
+    return [rel for _, rel in sorted(found, key=lambda x: (-x[0], x[1]))[:limit]]
 
 
 def write_files(repo: Path, files: dict[str, str], *, force: bool = False) -> list[Path]:
