@@ -433,14 +433,19 @@ class VerifyConfig(_Model):
         if ob.benchmark not in self.benchmarks:
             errors.append(
                 f"objective: unknown benchmark '{ob.benchmark}'; declared benchmarks: {names}"
+                + _near(ob.benchmark, self.benchmarks)
             )
+            every = {m for b in self.benchmarks.values() for m in b.known_metrics()}
+            if self.benchmarks and ob.metric not in every:  # in the same pass, not the next
+                errors.append(f"objective: unknown metric '{ob.metric}' in every benchmark"
+                              + _near(ob.metric, every))
         else:
             known = self.benchmarks[ob.benchmark].known_metrics()
             if ob.metric not in known:
                 errors.append(
                     f"objective: unknown metric '{ob.metric}'; benchmark '{ob.benchmark}' "
                     "declares: "
-                    f"{_list(self.benchmarks[ob.benchmark])}"
+                    f"{_list(self.benchmarks[ob.benchmark])}" + _near(ob.metric, known)
                 )
         for i, g in enumerate(self.guards):
             where = f"guards[{i}]"
@@ -460,7 +465,7 @@ class VerifyConfig(_Model):
             if g.metric not in known:
                 errors.append(
                     f"{where}: unknown metric '{g.metric}'; benchmark '{bench}' declares: "
-                    f"{_list(self.benchmarks[bench])}"
+                    f"{_list(self.benchmarks[bench])}" + _near(g.metric, known)
                 )
                 continue
             d = known[g.metric]
@@ -605,6 +610,14 @@ def _quality_problems(q: QualityGuard, where: str) -> list[str]:
     if q.kind == "tensor" and q.dtype is not None and q.dtype not in TOLERANCES:
         out.append(f"{where}: unknown dtype '{q.dtype}'; known: {', '.join(TOLERANCES)}")
     return out
+
+
+def _near(name: str, options: Any) -> str:
+    """ "; did you mean 'x'?" for the nearest of ``options`` (difflib), or ""."""
+    import difflib
+
+    near = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.6)
+    return f"; did you mean '{near[0]}'?" if near else ""
 
 
 def _list(b: BenchmarkConfig) -> str:
