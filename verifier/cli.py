@@ -45,7 +45,10 @@ from .measure import ProgressEvent
 from .verdict import Decision, Fingerprint, Verdict
 
 CONFIG_PATH = ".rsi/config.toml"
-EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA = 0, 1, 2
+EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA, EXIT_CANDIDATE = 0, 1, 2, 3
+"""0 accepted; 1 judged and not accepted (review, reject, inconclusive); 2 the tool
+or the machine failed (config, git, Docker, the baseline's own run): nothing was
+judged; 3 the candidate's own run failed (it crashed, timed out or wrote no result)."""
 
 app = typer.Typer(
     help="The rsi verifier: measures and judges candidates.",
@@ -59,7 +62,8 @@ def exit_code(verdict: Verdict) -> int:
     if verdict.decision == Decision.ACCEPT:
         return EXIT_ACCEPT
     if verdict.decision == Decision.ERROR:
-        return EXIT_INFRA
+        failed = verdict.error.stage if verdict.error is not None else ""
+        return EXIT_CANDIDATE if failed == "candidate" else EXIT_INFRA
     return EXIT_OTHER
 
 
