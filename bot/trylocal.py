@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import getpass
 import shutil
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,42 +127,17 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-class _Steps:
-    """One line per step, with the elapsed time: what a CI log or a pipe shows."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-
-    def line(self, text: str) -> None:
-        typer.echo(f"[{time.monotonic() - self.t0:6.1f}s] {text}")
-        sys.stdout.flush()
-
-    def __call__(self, ev: Any) -> None:
-        if ev.kind == "progress":
-            return
-        self.line(f"{ev.kind}: {ev.message}")
-
-
-def estimate(spec: Any, rounds: int) -> str:
-    """The most benchmark runs the task can take, said before it starts."""
-    v = spec.verify.verifier
-    calib = 2 * v.calibration_pairs
-    per = 2 * (v.max_pairs + v.warmup)
-    return (f"at most {calib + rounds * per} benchmark runs: B0's calibration {calib}, then up "
-            f"to {per} per candidate (most stop at {2 * v.initial_pairs + 2 * v.warmup}) over "
-            f"{rounds} round(s)")
-
-
 def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: list[Path] = (),
             rounds: int | None = None, verify: str | None = None, proposal: str | None = None,
             task_id: str = "try") -> TryResult:
     from bot.store import Store
     from harness.agents import make_agent
+    from harness.cli import StepLines, estimate
     from harness.ledger import Ledger
     from harness.loop import run_task
     from harness.spec import load_task
 
-    steps = _Steps()
+    steps = StepLines(None, 0, echo=typer.echo)  # type: ignore[arg-type] - the task comes next
     repo, out = Path(repo).resolve(), Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / "target"
@@ -173,6 +146,7 @@ def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: list[Pa
     spec = load_task(target, proposal, task_id)  # SpecError: every problem at once
     n_rounds = rounds or spec.agent.rounds
     kind = agent or spec.agent.kind
+    steps.spec, steps.rounds = spec, n_rounds
     steps.line(f"step 2/4: task {task_id}: {spec.verify.objective.metric} of "
                f"'{spec.benchmark_name}', min_gain {spec.min_gain:.1%}; agent {kind}; "
                f"{estimate(spec, n_rounds)}")

@@ -148,6 +148,46 @@ def config_schema(
         typer.echo(f"wrote {out}")
 
 
+def estimate(spec: TaskSpec, rounds: int) -> str:
+    """The most benchmark runs a task can take, said before it starts (a time
+    needs the first run's; runs are what the verifier's settings fix)."""
+    v = spec.verify.verifier
+    calib = 2 * v.calibration_pairs
+    per = 2 * (v.max_pairs + v.warmup)
+    return (f"at most {calib + rounds * per} benchmark runs: B0's calibration {calib}, then up "
+            f"to {per} per candidate (most stop at {2 * v.initial_pairs + 2 * v.warmup}) over "
+            f"{rounds} round(s)")
+
+
+class StepLines:
+    """Progress for a pipe or a CI log: one line per loop event with the elapsed
+    time; once B0's calibration has timed the benchmark, the time the rest can
+    take at most, in minutes."""
+
+    def __init__(self, spec: TaskSpec, rounds: int, echo=None):
+        import time
+
+        self.clock, self.t0, self.spec, self.rounds = time.monotonic, time.monotonic(), spec, rounds
+        self.echo = echo or (lambda text: print(text, flush=True))
+        self.timed = False
+
+    def line(self, text: str) -> None:
+        self.echo(f"[{self.clock() - self.t0:6.1f}s] {text}")
+
+    def __call__(self, ev) -> None:
+        if ev.kind == "progress":
+            return
+        self.line(f"[{ev.kind}] {ev.message}")
+        if ev.kind == "baseline" and not self.timed:
+            self.timed = True
+            v = self.spec.verify.verifier
+            per_run = (self.clock() - self.t0) / max(1, 2 * v.calibration_pairs)
+            typical = per_run * 2 * (v.initial_pairs + v.warmup) * self.rounds / 60
+            most = per_run * 2 * (v.max_pairs + v.warmup) * self.rounds / 60
+            self.line(f"[estimate] ~{per_run:.1f} s per benchmark run; the {self.rounds} round(s) "
+                      f"take ~{typical:.1f} min, at most ~{most:.1f} min (plus the agent's time)")
+
+
 def _interactive() -> bool:
     return sys.stdin.isatty()
 
@@ -342,9 +382,9 @@ def run_cmd(
         agent_obj = ReplayAgent([p.resolve() for p in patch])
 
     rounds_total = rounds or spec.agent.rounds
-    if quiet:
-        def on_event(ev):
-            console.print(f"[{ev.kind}] {ev.message}", markup=False, highlight=False)
+    if quiet or not sys.stdout.isatty():  # a pipe or a CI log: one line per step, no redraws
+        on_event = StepLines(spec, rounds_total)
+        on_event.line(f"{tid}: {estimate(spec, rounds_total)}")
 
         result = run_task(repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
                           on_event=on_event, verifier=verify)
