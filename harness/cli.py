@@ -221,6 +221,8 @@ def init_cmd(
     ready_path: str | None = typer.Option(None, "--ready-path", help="serving: answers 200 when ready (default /health)."),
     ready_pattern: str | None = typer.Option(None, "--ready-pattern", help="serving: a line the server prints when ready."),
     entry: str | None = typer.Option(None, "--entry", help="inprocess: package.module:function (prompt -> output)."),
+    install: str = typer.Option("", "--install", help="pip requirement the workflows install rsi-bot "
+                                "from (default: the repository variable RSI_INSTALL)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing: take the flags and what is detected."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
@@ -259,7 +261,7 @@ def init_cmd(
         _init_scaffold(repo, scaffold=scaffold, serve=serve or "", entry=entry or "",
                        endpoint=endpoint, input_field=input_field, ready_path=ready_path,
                        ready_pattern=ready_pattern, benchmark=benchmark, objective=objective,
-                       min_gain=min_gain, agent=agent, device=device, force=force)
+                       min_gain=min_gain, agent=agent, device=device, force=force, install=install)
         return
     if ask:
         command = typer.prompt("Benchmark command", default=command)
@@ -285,7 +287,7 @@ def init_cmd(
         raise typer.Exit(2)
     answers = InitAnswers(command=command, metrics=metrics, objective=objective, benchmark=benchmark,
                           samples=dict(found.samples) if command == found.command else {}, min_gain=min_gain,
-                          device=device, agent=agent, examples=source_examples(repo))
+                          device=device, agent=agent, examples=source_examples(repo), install=install)
     try:
         written = write_files(repo, render_files(answers), force=force)
     except InitError as exc:
@@ -299,7 +301,7 @@ def init_cmd(
 def _init_scaffold(repo: Path, *, scaffold: str, serve: str, entry: str, endpoint: str,
                    input_field: str, ready_path: str | None, ready_pattern: str | None,
                    benchmark: str, objective: str | None, min_gain: float, agent: str,
-                   device: str, force: bool) -> None:
+                   device: str, force: bool, install: str = "") -> None:
     """``rsi init --scaffold``: a benchmark, its config, and the GitHub files."""
     from harness.onboard import (
         InitAnswers,
@@ -323,7 +325,7 @@ def _init_scaffold(repo: Path, *, scaffold: str, serve: str, entry: str, endpoin
     cmd = f"python {BENCH_DIR}/{'client' if scaffold == 'serving' else 'bench'}.py"
     answers = InitAnswers(command=cmd, metrics={"throughput": "higher"}, objective="throughput",
                           benchmark=benchmark, device=device, agent=agent,  # type: ignore[arg-type]
-                          examples=source_examples(repo))
+                          examples=source_examples(repo), install=install)
     try:
         files = render_files(answers)
         files.update(scaffold_files(sc, _runner_lines(answers)))

@@ -82,6 +82,9 @@ class InitAnswers:
     editable: list[str] = field(default_factory=lambda: ["**"])
     device: Literal["cpu", "cuda", "npu"] = "cpu"
     ref: str = field(default_factory=release_ref)
+    install: str = ""
+    """The pip requirement the generated workflows install rsi-bot from; empty:
+    the repository variable ``RSI_INSTALL`` (a setting, never a URL guessed here)."""
     agent: str = "mini-swe-agent"
     """An agent kind that runs without [[knobs]] (the tuner needs them)."""
     examples: list[str] = field(default_factory=list)
@@ -263,7 +266,8 @@ def render_files(a: InitAnswers) -> dict[str, str]:
     problems = a.problems()
     if problems:
         raise InitError("; ".join(problems))
-    sub = {"@RSI_REF@": a.ref, "@RSI_PROJECT@": PROJECT}
+    sub = {"@RSI_REF@": a.ref, "@RSI_PROJECT@": PROJECT, "@RSI_VERSION@": a.ref.removeprefix("v"),
+           "@RSI_INSTALL@": json.dumps(a.install) if a.install else "${{ vars.RSI_INSTALL }}"}
 
     def fill(text: str) -> str:
         for k, v in sub.items():

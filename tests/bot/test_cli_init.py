@@ -113,7 +113,12 @@ def test_workflows_pin_the_release_tag_and_parse():
     caller = yaml.safe_load(files[CALLER_PATH])
     job = caller["jobs"]["rsi"]
     assert job["uses"] == f"rsi-bot/rsi-bot/.github/workflows/rsi-job.yml@{ref}"
-    assert job["with"]["rsi_install"] == f"rsi-bot @ git+https://github.com/rsi-bot/rsi-bot@{ref}"
+    # installed from a setting (the repository variable), never a URL that may not exist
+    assert job["with"]["rsi_install"] == "${{ vars.RSI_INSTALL }}"
+    assert "git+https" not in files[CALLER_PATH] + files[CHECK_PATH]
+    pinned = render_files(InitAnswers(command="x", metrics={"a": "higher"}, objective="a",
+                                      install="rsi-bot @ https://example.com/rsi_bot-0.1.0-py3-none-any.whl"))
+    assert yaml.safe_load(pinned[CALLER_PATH])["jobs"]["rsi"]["with"]["rsi_install"].endswith(".whl")
     assert set(caller[True]["workflow_dispatch"]["inputs"]) == {"job", "runner_labels"}
     check = yaml.safe_load(files[CHECK_PATH])
     assert check[True]["pull_request"]["paths"] == [CONFIG_PATH]
