@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,19 @@ def test_new_user_path_end_to_end(user_repo, tmp_path):
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / "try-page.png")
+
+
+def test_the_wheel_carries_every_data_file_the_packages_read():
+    """An install from the wheel (`make dist`) failed at the first agent round: the
+    TASK.md template was not package data. Every non-Python file under the packages
+    must match a package-data glob of pyproject.toml."""
+    import fnmatch
+
+    root = HERE.parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for pkg in ("bot", "harness", "verifier", "kernels"):
+        for f in (root / pkg).rglob("*"):
+            rel = f.relative_to(root / pkg).as_posix()
+            if not f.is_file() or f.suffix in (".py", ".pyc") or f.name == "README.md":
+                continue
+            assert any(fnmatch.fnmatch(rel, g) for g in data.get(pkg, [])), f"{pkg}/{rel}"
