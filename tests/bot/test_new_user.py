@@ -9,6 +9,7 @@ subprocess whose output is a pipe (so progress is one line per step)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -186,3 +187,50 @@ def test_the_wheel_carries_every_data_file_the_packages_read():
             if not f.is_file() or f.suffix in (".py", ".pyc") or f.name == "README.md":
                 continue
             assert any(fnmatch.fnmatch(rel, g) for g in data.get(pkg, [])), f"{pkg}/{rel}"
+
+
+def _template_module(name: str):
+    import importlib.util
+
+    path = HERE.parents[1] / "harness" / "templates" / name
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return mod
+
+
+def test_ttfa_counts_real_output_not_the_first_byte():
+    """A server that answers a blank line or an SSE keep-alive at once, before any
+    output, must not look instant: those bytes do not stop the TTFA clock."""
+    client = _template_module("rsi_client.py")
+    for padding in (b"\n", b"  \r\n\t", b": keep-alive\n\n", b"data: \n\n", b"data:\n"):
+        assert not client.first_real_output(padding), padding
+    assert client.first_real_output(b": ping\n\ndata: hello\n")
+    assert client.first_real_output(b"hello")
+
+
+def test_scaffolded_inprocess_benchmark_runs_and_its_outputs_are_judged(user_repo, tmp_path):
+    r = rsi("init", "--yes", "--scaffold", "inprocess", "--entry", "tinygen.model:generate",
+            "--agent", "replay", cwd=user_repo)
+    assert r.returncode == 0, r.stderr
+    spec = build_task((user_repo / ".rsi/config.toml").read_text(), None, "t")
+    assert spec.benchmark.command == "python bench/rsi/bench.py"
+    assert not spec.verify.verifier.require_external  # no protected client in-process
+    out, result = tmp_path / "outputs", tmp_path / "result.json"
+    env = {**os.environ, "RSI_RESULT": str(result), "RSI_OUTPUT_DIR": str(out),
+           **{k: str(v) for k, v in spec.benchmark.setting_env().items()}, "RSI_SETTING_REQUESTS": "3"}
+    subprocess.run([sys.executable, "bench/rsi/bench.py"], cwd=user_repo, env=env, check=True,
+                   timeout=120)
+    res = json.loads(result.read_text())
+    assert res["counts"] == {"requests": 3, "failed": 0}
+    assert res["metrics"]["throughput"] > 0 and len(res["samples"]["ttfa_s"]) == 3
+    assert all(0 < t <= lat for t, lat in zip(res["samples"]["ttfa_s"], res["samples"]["latency_s"], strict=True))
+    ev = tmp_path / "eval.json"
+    subprocess.run([sys.executable, "bench/rsi/evaluate.py"], cwd=user_repo, check=True, timeout=60,
+                   env={**os.environ, "RSI_INPUT_DIR": str(out), "RSI_RESULT": str(ev)})
+    texts = json.loads(ev.read_text())["outputs"]["texts"]
+    assert len(texts) == 3 and all(":" in t for t in texts)  # tinygen's word:digest outputs
