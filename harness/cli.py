@@ -159,6 +159,20 @@ def estimate(spec: TaskSpec, rounds: int) -> str:
             f"{rounds} round(s)")
 
 
+def _run_task(run_task, *args, **kw):
+    """``run_task``, with the machine's failures (Docker, disk, git) said in one
+    sentence with the fix and exit status 4; a bug still shows its traceback."""
+    from verifier.infra import explain, is_infrastructure
+
+    try:
+        return run_task(*args, **kw)
+    except Exception as exc:
+        if is_infrastructure(exc) or type(exc).__name__ == "GitError":
+            typer.echo(f"rsi run: {explain(exc)}", err=True)
+            raise typer.Exit(4) from None
+        raise
+
+
 class StepLines:
     """Progress for a pipe or a CI log: one line per loop event with the elapsed
     time; once B0's calibration has timed the benchmark, the time the rest can
@@ -388,7 +402,7 @@ def run_cmd(
         on_event = StepLines(spec, rounds_total)
         on_event.line(f"{tid}: {estimate(spec, rounds_total)}")
 
-        result = run_task(repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
+        result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
                           on_event=on_event, verifier=verify)
     else:
         from rich.progress import (
@@ -420,7 +434,7 @@ def run_cmd(
                 progress.console.print(f"[{colour}]{ev.kind:>14}[/{colour}] {ev.message}", highlight=False)
                 progress.update(bar, description=f"{tid}: {ev.kind}")
 
-            result = run_task(repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
+            result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
                               on_event=on_event, verifier=verify)
     from rich.table import Table
 
