@@ -50,6 +50,7 @@ __all__ = [
     "comparing_line",
     "headline",
     "history_from_ledger",
+    "objective_change",
     "render_html_report",
     "render_markdown_report",
     "render_mermaid_chart",
@@ -271,6 +272,19 @@ def _ratio_vs_b0(o: Any) -> float | None:
     if o.gain_vs_b0 is None or o.gain_vs_b0 <= -1:
         return None
     return 1 + o.gain_vs_b0 if o.direction == "higher" else 1 / (1 + o.gain_vs_b0)
+
+
+def objective_change(verdict: Verdict | Mapping[str, Any] | None) -> str:
+    """The objective's change vs Bk as the headline and the table say it
+    ("+12.0% better"), for other views of the same verdict; "—" when unmeasured."""
+    try:
+        v = _as_verdict(verdict)
+    except ValueError:
+        return "—"
+    o = v.objective if v is not None else None
+    if o is None or o.ratio is None or v.decision == "error":
+        return "—"
+    return _change(o.ratio, o.direction, o.ratio_ci)
 
 
 def one_estimate_metrics(v: Verdict) -> tuple[MetricComparison, ...]:
