@@ -245,3 +245,25 @@ def test_run_names_the_config_line_of_each_error(tmp_path):
     line = cfg.read_text().splitlines().index("roundz = 1") + 1
     r = rsi("run", "--repo", str(repo), "--quiet")
     assert r.exit_code == 2 and f"{CONFIG_PATH}:{line}: [agent] roundz" in r.output
+
+
+def test_init_asks_how_the_repo_runs_inference_when_it_has_no_benchmark(tmp_path, monkeypatch):
+    """Interactive: no benchmark detected, so init asks serving or in-process and
+    the questions of that kind, then scaffolds it."""
+    import harness.cli
+
+    repo = tmp_path / "gen"
+    (repo / "gen").mkdir(parents=True)
+    (repo / "gen" / "model.py").write_text("def generate(p):\n    return p\n")
+    monkeypatch.setattr(harness.cli, "_interactive", lambda: True)
+    answers = "inprocess\ngen.model:generate\nreplay\n"
+    r = runner.invoke(build_app(), ["init", "--repo", str(repo)], input=answers,
+                      catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "No benchmark found" in r.output and "serving (an HTTP server)" in r.output
+    spec = build_task((repo / CONFIG_PATH).read_text(), None, "t")
+    assert spec.benchmark.settings["entry"] == "gen.model:generate" and spec.agent.kind == "replay"
+    assert (repo / "bench/rsi/bench.py").is_file() and (repo / "bench/rsi/evaluate.py").is_file()
+    form = yaml.safe_load((repo / FORM_PATH).read_text())
+    editable = next(b for b in form["body"] if b.get("id") == "editable")
+    assert editable["attributes"]["placeholder"] == "gen/model.py"
