@@ -200,9 +200,11 @@ def unknown_keys(data: object, schema: dict | None = None) -> dict[str, str]:
     each with ``difflib``'s nearest known key as a "did you mean"."""
     import difflib
 
-    from harness.schema import config_schema
+    from harness.schema import _repo_config_model
 
-    schema = schema or config_schema()
+    # the checked-in schema's shape without its descriptions (reading those from
+    # the source takes seconds; the keys are the same)
+    schema = schema or _repo_config_model().model_json_schema()
     out: dict[str, str] = {}
 
     def walk(value: object, node: dict, path: str) -> None:
