@@ -286,9 +286,13 @@ def build_task(
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([f"{CONFIG_PATH}: not valid TOML: {exc}"]) from exc
 
-    prop = parse_proposal(proposal_body)
+    try:  # parse_proposal collects every failure it knows; this is the backstop
+        prop = parse_proposal(proposal_body)
+        merged, merge_errors = merge_proposal(repo, prop.overrides)
+    except RecursionError as exc:
+        raise SpecError(["proposal: nested too deeply to read; a proposal's settings are at "
+                         "most 3 deep (e.g. [[guards]] -> max_ratio)"]) from exc
     errors += prop.errors
-    merged, merge_errors = merge_proposal(repo, prop.overrides)
     errors += merge_errors
     knobs = _knobs(merged, repo_files, errors)
     policy = _section(EditPolicy, merged, "policy", errors)
