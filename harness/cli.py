@@ -300,7 +300,8 @@ def init_cmd(
                    "writing-a-benchmark.md", err=True)
         raise typer.Exit(2)
     answers = InitAnswers(command=command, metrics=metrics, objective=objective, benchmark=benchmark,
-                          samples=dict(found.samples) if command == found.command else {}, min_gain=min_gain,
+                          samples=dict(found.samples) if command == found.command else {},
+                          outputs=list(found.outputs) if command == found.command else [], min_gain=min_gain,
                           device=device, agent=agent, examples=source_examples(repo), install=install)
     try:
         written = write_files(repo, render_files(answers), force=force)

@@ -67,6 +67,8 @@ class Detected:
     samples: dict[str, str] = field(default_factory=dict)
     source: str = ""
     """Where the guess comes from (shown to the user)."""
+    outputs: list[str] = field(default_factory=list)
+    """Keys of the result's ``outputs``: what quality guards can compare."""
 
 
 @dataclass
@@ -87,6 +89,8 @@ class InitAnswers:
     the repository variable ``RSI_INSTALL`` (a setting, never a URL guessed here)."""
     agent: str = "mini-swe-agent"
     """An agent kind that runs without [[knobs]] (the tuner needs them)."""
+    outputs: list[str] = field(default_factory=list)
+    """Keys of the result's outputs: each gets an output-length quality guard."""
     examples: list[str] = field(default_factory=list)
     """Source files of this repo (:func:`source_examples`): the issue form's placeholders."""
 
@@ -134,6 +138,23 @@ def _result_keys(source: str) -> tuple[dict[str, str], dict[str, str]]:
                     if isinstance(mk, ast.Constant) and isinstance(mk.value, str):
                         found[k.value][mk.value] = direction_of(mk.value)
     return found["metrics"], found["samples"]
+
+
+def _output_keys(source: str) -> list[str]:
+    """Keys of dict literals under ``"outputs"`` (what the result carries for quality guards)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value == "outputs" and isinstance(v, ast.Dict):
+                    out += [mk.value for mk in v.keys if isinstance(mk, ast.Constant)
+                            and isinstance(mk.value, str) and re.fullmatch(r"\w{1,64}", mk.value)
+                            and mk.value not in out]
+    return out
 
 
 def _plain(p: Path, root: Path) -> bool:
@@ -201,7 +222,8 @@ def detect(repo: Path, *, ref: str | None = None) -> Detected:
     native = [p for p in scripts if "RSI_RESULT" in texts[p]]
     for rel in native:
         metrics, samples = _result_keys(texts[rel])
-        return Detected(f"python {rel}", metrics, samples, f"{rel} writes $RSI_RESULT")
+        return Detected(f"python {rel}", metrics, samples, f"{rel} writes $RSI_RESULT",
+                        outputs=_output_keys(texts[rel]))
     if "Makefile" in files:
         m = re.search(r"^(bench(?:mark)?)\s*:", files["Makefile"], re.M)
         if m:
@@ -261,6 +283,7 @@ def render_config(a: InitAnswers) -> str:
         "# max_ratio = 1.05",
         "# required = true                      # a proposal may not loosen it",
         *_guard_lines(a),
+        *_quality_lines(a),
         "",
         "# What an agent may change. .rsi/** and .github/** are always protected, and so",
         "# is every file a benchmark command names. Globs use .gitignore rules.",
@@ -284,6 +307,17 @@ def render_config(a: InitAnswers) -> str:
 
 _AGENT_ENV = {"mini-swe-agent": "OPENAI_API_KEY", "aider": "OPENAI_API_KEY",
               "claude-code": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}
+
+
+def _quality_lines(a: InitAnswers) -> list[str]:
+    """An output-length guard on each output the result carries (a faster run
+    that emits less is not faster); a WER guard where the outputs are texts is
+    the maintainer's to add (docs/configuration.md#quality)."""
+    lines = []
+    for key in a.outputs[:3]:
+        lines += ["", "[[quality]]", 'kind = "output_length"            # outputs as long as the '
+                  "baseline's", f"output = {_s(key)}", "max_change = 0.02"]
+    return lines
 
 
 def _guard_lines(a: InitAnswers) -> list[str]:

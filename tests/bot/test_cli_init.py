@@ -291,3 +291,17 @@ def test_init_asks_how_the_repo_runs_inference_when_it_has_no_benchmark(tmp_path
     form = yaml.safe_load((repo / FORM_PATH).read_text())
     editable = next(b for b in form["body"] if b.get("id") == "editable")
     assert editable["attributes"]["placeholder"] == "gen/model.py"
+
+
+def test_a_result_with_outputs_gets_a_quality_guard_on_them(tmp_path):
+    """The config init wrote had no quality guard although the result carried
+    outputs: a faster run that emits less would have passed."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "run.py").write_text(
+        'import os, json\njson.dump({"metrics": {"tokens_per_s": 1}, "outputs": {"texts": ["a"]}},'
+        ' open(os.environ["RSI_RESULT"], "w"))\n')
+    r = rsi("init", "--repo", str(tmp_path), "--yes")
+    assert r.exit_code == 0, r.output
+    spec = build_task((tmp_path / CONFIG_PATH).read_text(), None, "t")
+    assert [(q.kind, q.output) for q in spec.verify.quality] == [("output_length", "texts")]
+    assert spec.agent.kind == "mini-swe-agent"  # an agent that runs without [[knobs]]
