@@ -7,6 +7,7 @@
 #                      (NEIGHBOUR=1: with a background process using 1/4 of a core)
 #   make bench         the benchmark tables (verifier quality, harness
 #                      overhead, webhook load, kernels)
+#   make dist          a wheel of this checkout in dist/ (docs/getting-started.md)
 #   make agents        the pinned agents venvs (mini-swe-agent, aider) that
 #                      the agent presets mount into the sandbox
 #
@@ -22,7 +23,7 @@ PIP         := $(VENV)/bin/pip
 STAMP       := $(VENV)/.rsi-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo bench docker-image agents task-md-example lint clean
+.PHONY: venv test demo bench docker-image agents task-md-example lint clean dist
 
 venv: $(STAMP)
 
@@ -32,6 +33,13 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q $(PIP_EXTRA) "$(TORCH_SPEC)"
 	$(PIP) install -q $(PIP_EXTRA) -e ".[dev,postgres]" "$(TORCH_SPEC)"
 	touch $(STAMP)
+
+# A wheel of this checkout (dist/rsi_bot-<version>-py3-none-any.whl): what
+# generated workflows install through the repository variable RSI_INSTALL.
+dist: venv
+	rm -rf dist build
+	$(PIP) wheel --quiet --no-deps --no-build-isolation -w dist .
+	@ls dist/*.whl
 
 docker-image:
 	bash scripts/setup-docker.sh

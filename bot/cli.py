@@ -7,6 +7,7 @@ Each package owns its commands (imports only go down):
 * ``harness.demo.app``: ``rsi demo``
 * ``bot.service_cli.app``: ``rsi serve``, ``rsi worker``
 * ``bot.setup_flow.app``: ``rsi setup`` (create the GitHub App from its manifest)
+* ``bot.trylocal.app``: ``rsi try`` (a labelled issue's whole flow, locally, without GitHub)
 
 ``rsi --version`` prints the installed version. Commands in :data:`INTERNAL`
 are what other parts of rsi-bot run (the harness runs the verifier in a
@@ -38,7 +39,7 @@ def _print_version(value: bool) -> None:
 
 
 def build_app() -> typer.Typer:
-    from bot import service_cli, setup_flow
+    from bot import service_cli, setup_flow, trylocal
     from harness import cli as harness_cli
     from harness import demo as harness_demo
     from verifier import cli as verifier_cli
@@ -56,7 +57,7 @@ def build_app() -> typer.Typer:
         pass
 
     for sub in (verifier_cli.app, harness_cli.app, harness_demo.app, service_cli.app,
-                setup_flow.app):
+                setup_flow.app, trylocal.app):
         for cmd in sub.registered_commands:
             name = cmd.name or (cmd.callback.__name__.replace("_", "-") if cmd.callback else "")
             if name in INTERNAL:

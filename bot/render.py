@@ -23,6 +23,7 @@ from bot.vocab import (
     decision_style,
 )
 from harness.report import HistoryPoint, ReportLinks, headline, render_markdown_report
+from harness.spec import TaskSpec
 from harness.text import fenced, inert
 from verifier.verdict import Verdict
 
@@ -206,30 +207,27 @@ def task_check(state: str, *, rounds_done: int, budget: int | None,
 # --------------------------------------------------------------------- issue status
 
 
-def task_summary(spec: Any) -> str:
-    """A short summary of a TaskSpec (duck-typed: objective, guards, agent, runner)."""
-    obj = dict(getattr(spec, "objective", {}) or {})
+def _bound(text: str) -> str:
+    return text.replace("<=", "≤").replace(">=", "≥")
+
+
+def task_summary(spec: TaskSpec) -> str:
+    """A short summary of a task: its objective, guards and quality guards (all
+    under ``spec.verify``), agent and runner profile. Every value is inert."""
     def t(x: Any) -> str:
         return inert(x, one_line=True, max_len=120)
 
-    lines = [f"- **objective**: {t(obj.get('metric', '?'))} of benchmark "
-             f"{t(obj.get('benchmark', '?'))}, at least {_pct(float(obj.get('min_gain', 0)))} "
-             "per candidate"]
-    for g in getattr(spec, "guards", []) or []:
-        bound = (f"≤ {t(g['max_ratio'])}x" if "max_ratio" in g else
-                 f"≤ +{t(g['max_delta'])}" if "max_delta" in g else
-                 f"≥ {t(g['min_ratio'])}x" if "min_ratio" in g else
-                 f"≥ {t(g['min_delta'])}" if "min_delta" in g else "")
-        lines.append(f"- **guard**: {t(g.get('metric', '?'))} {bound}".rstrip())
-    for q in getattr(spec, "quality", []) or []:
-        lines.append(f"- **quality**: {t(q.get('kind', '?'))} on {t(q.get('output', '?'))}")
-    agent = getattr(spec, "agent", None)
-    if agent is not None:
-        lines.append(f"- **agent**: {t(getattr(agent, 'kind', '?'))}, "
-                     f"{t(getattr(agent, 'rounds', '?'))} rounds")
-    runner = getattr(spec, "runner", None)
-    if runner is not None and getattr(runner, "profile", None):
-        lines.append(f"- **runner**: {t(runner.profile)}")
+    ob = spec.verify.objective
+    lines = [f"- **objective**: {t(ob.metric)} of benchmark {t(ob.benchmark)}, "
+             f"at least {_pct(ob.min_gain)} per candidate"]
+    for g in spec.verify.guards:
+        where = f" on {t(g.benchmark)}" if g.benchmark and g.benchmark != ob.benchmark else ""
+        lines.append(f"- **guard**: {t(g.metric)} {t(_bound(g.bound_text))}{where}")
+    for q in spec.verify.quality:
+        lines.append(f"- **quality**: {t(_bound(q.label))}")
+    lines.append(f"- **agent**: {t(spec.agent.kind)}, {t(spec.agent.rounds)} rounds")
+    if spec.runner.profile:
+        lines.append(f"- **runner**: {t(spec.runner.profile)}")
     return "\n".join(lines)
 
 

@@ -7,8 +7,9 @@ GitHub credentials must be complete (an App: id + private key; or a token).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -170,36 +171,42 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _web(self) -> "Settings":
-        oauth = (self.web_oauth_client_id, self.web_oauth_client_secret)
-        if any(oauth) and not all(oauth):
-            raise ValueError("the GitHub login needs both RSI_WEB_OAUTH_CLIENT_ID and "
-                             "RSI_WEB_OAUTH_CLIENT_SECRET")
-        if all(oauth) and not self.public_url:
-            raise ValueError("the GitHub login needs RSI_PUBLIC_URL (its callback address)")
-        if self.web_enabled and not self.web_token and not all(oauth):
-            raise ValueError("RSI_WEB_ENABLED needs RSI_WEB_TOKEN or the App's GitHub login "
-                             "(RSI_WEB_OAUTH_CLIENT_ID and _SECRET): the task pages are never "
-                             "served to anyone")
-        return self
-
-    @model_validator(mode="after")
-    def _auth(self) -> "Settings":
-        app = self.github_app_id is not None or self.github_private_key is not None
-        if app and (self.github_app_id is None or not self.github_private_key):
-            raise ValueError(
-                "GitHub App auth needs both RSI_GITHUB_APP_ID and RSI_GITHUB_PRIVATE_KEY"
-            )
-        if not app and not self.github_token:
-            raise ValueError(
-                "no GitHub credentials: set RSI_GITHUB_APP_ID + RSI_GITHUB_PRIVATE_KEY "
-                "(a GitHub App), or RSI_GITHUB_TOKEN (development)"
-            )
+    def _together(self) -> "Settings":
+        problems = cross_problems(lambda k: getattr(self, k))
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property
     def uses_app(self) -> bool:
         return self.github_app_id is not None
+
+
+def cross_problems(get: Any) -> list[str]:
+    """Problems of settings that go together (``get(name)``: a value or None),
+    all of them: checked on the parsed settings and, when fields failed first,
+    on the raw environment, so one start lists everything that is missing."""
+    out = []
+    oauth = (get("web_oauth_client_id"), get("web_oauth_client_secret"))
+    if any(oauth) and not all(oauth):
+        out.append("the GitHub login needs both RSI_WEB_OAUTH_CLIENT_ID and "
+                   "RSI_WEB_OAUTH_CLIENT_SECRET")
+    if all(oauth) and not get("public_url"):
+        out.append("the GitHub login needs RSI_PUBLIC_URL (its callback address)")
+    enabled = get("web_enabled")
+    if isinstance(enabled, str):
+        enabled = enabled.strip().lower() in ("1", "true", "yes", "on")
+    if enabled and not get("web_token") and not all(oauth):
+        out.append("RSI_WEB_ENABLED needs RSI_WEB_TOKEN or the App's GitHub login "
+                   "(RSI_WEB_OAUTH_CLIENT_ID and _SECRET): the task pages are never "
+                   "served to anyone")
+    app = get("github_app_id") not in (None, "") or bool(get("github_private_key"))
+    if app and (get("github_app_id") in (None, "") or not get("github_private_key")):
+        out.append("GitHub App auth needs both RSI_GITHUB_APP_ID and RSI_GITHUB_PRIVATE_KEY")
+    if not app and not get("github_token"):
+        out.append("no GitHub credentials: set RSI_GITHUB_APP_ID + RSI_GITHUB_PRIVATE_KEY "
+                   "(a GitHub App), or RSI_GITHUB_TOKEN (development)")
+    return out
 
 
 class _OnlyGiven(Settings):
@@ -213,18 +220,20 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides) -> Settings
 
     Raises :class:`SettingsError` listing every problem in words a deployer can act on.
     """
+    source = os.environ if env is None else env
+    values = {k[len("RSI_"):].lower(): v for k, v in source.items() if k.upper().startswith("RSI_")}
+    values.update(overrides)
     try:
         if env is None:
             return Settings(**overrides)
-        values = {
-            k[len("RSI_"):].lower(): v for k, v in env.items() if k.upper().startswith("RSI_")
-        }
-        values.update(overrides)
         # An explicit mapping is the only source: os.environ is not read.
         return _OnlyGiven(**values)
     except ValidationError as e:
         errors = []
+        together = cross_problems(lambda k: values.get(k))
         for err in e.errors():
+            if err["type"] == "value_error" and not err["loc"]:
+                continue  # the settings that go together: listed from ``together`` below
             loc = ".".join(str(x) for x in err["loc"])
             name = f"RSI_{loc.upper()}" if loc else "settings"
             msg = err["msg"].removeprefix("Value error, ")
@@ -233,7 +242,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides) -> Settings
                 if loc == "webhook_secret":
                     msg = "is required: the App's webhook secret (comma-separated to rotate)"
             errors.append(f"{name}: {msg}" if loc else msg)
-        raise SettingsError(errors) from None
+        raise SettingsError(errors + together) from None
 
 
 def settings_table() -> str:

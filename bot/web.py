@@ -327,8 +327,10 @@ def summary_html(text: str) -> str:
 
 
 def _gain(c: Candidate) -> str:
-    g = ((c.verdict or {}).get("objective") or {}).get("gain")
-    return f"{g * 100:+.1f}%" if isinstance(g, (int, float)) else "—"
+    """The objective's change vs Bk in the words of its report (one estimate everywhere)."""
+    from harness.report import objective_change
+
+    return objective_change(c.verdict) if c.verdict else "—"
 
 
 def _candidates_table(cands: Sequence[Candidate], repo_url: str) -> str:
@@ -346,7 +348,7 @@ def _candidates_table(cands: Sequence[Candidate], repo_url: str) -> str:
                     f"<td class=\"num\">{_h(_gain(c))}</td>"
                     f"<td>{_h(c.state)}</td><td>{pr}</td><td>{_h(c.hypothesis or '')}</td>"
                     f"<td><code>{_h(render.short_sha(c.sha))}</code></td></tr>")
-    return ("<h2>Candidates</h2><table><thead><tr><th>#</th><th>verdict</th><th>gain vs Bk</th>"
+    return ("<h2>Candidates</h2><table><thead><tr><th>#</th><th>verdict</th><th>change vs Bk</th>"
             "<th>state</th><th>PR</th><th>hypothesis</th><th>sha</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
 

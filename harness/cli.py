@@ -148,6 +148,60 @@ def config_schema(
         typer.echo(f"wrote {out}")
 
 
+def estimate(spec: TaskSpec, rounds: int) -> str:
+    """The most benchmark runs a task can take, said before it starts (a time
+    needs the first run's; runs are what the verifier's settings fix)."""
+    v = spec.verify.verifier
+    calib = 2 * v.calibration_pairs
+    per = 2 * (v.max_pairs + v.warmup)
+    return (f"at most {calib + rounds * per} benchmark runs: B0's calibration {calib}, then up "
+            f"to {per} per candidate (most stop at {2 * v.initial_pairs + 2 * v.warmup}) over "
+            f"{rounds} round(s)")
+
+
+def _run_task(run_task, *args, **kw):
+    """``run_task``, with the machine's failures (Docker, disk, git) said in one
+    sentence with the fix and exit status 4; a bug still shows its traceback."""
+    from verifier.infra import explain, is_infrastructure
+
+    try:
+        return run_task(*args, **kw)
+    except Exception as exc:
+        if is_infrastructure(exc) or type(exc).__name__ == "GitError":
+            typer.echo(f"rsi run: {explain(exc)}", err=True)
+            raise typer.Exit(4) from None
+        raise
+
+
+class StepLines:
+    """Progress for a pipe or a CI log: one line per loop event with the elapsed
+    time; once B0's calibration has timed the benchmark, the time the rest can
+    take at most, in minutes."""
+
+    def __init__(self, spec: TaskSpec, rounds: int, echo=None):
+        import time
+
+        self.clock, self.t0, self.spec, self.rounds = time.monotonic, time.monotonic(), spec, rounds
+        self.echo = echo or (lambda text: print(text, flush=True))
+        self.timed = False
+
+    def line(self, text: str) -> None:
+        self.echo(f"[{self.clock() - self.t0:6.1f}s] {text}")
+
+    def __call__(self, ev) -> None:
+        if ev.kind == "progress":
+            return
+        self.line(f"[{ev.kind}] {ev.message}")
+        if ev.kind == "baseline" and not self.timed:
+            self.timed = True
+            v = self.spec.verify.verifier
+            per_run = (self.clock() - self.t0) / max(1, 2 * v.calibration_pairs)
+            typical = per_run * 2 * (v.initial_pairs + v.warmup) * self.rounds / 60
+            most = per_run * 2 * (v.max_pairs + v.warmup) * self.rounds / 60
+            self.line(f"[estimate] ~{per_run:.1f} s per benchmark run; the {self.rounds} round(s) "
+                      f"take ~{typical:.1f} min, at most ~{most:.1f} min (plus the agent's time)")
+
+
 def _interactive() -> bool:
     return sys.stdin.isatty()
 
@@ -171,24 +225,58 @@ def init_cmd(
     min_gain: float = typer.Option(0.05, "--min-gain", help="Smallest gain worth a PR (0.05 = 5%)."),
     benchmark: str = typer.Option("main", "--benchmark", help="The benchmark's name in the config."),
     device: str = typer.Option("cpu", "--device", help="Runner profile: cpu | cuda | npu."),
+    agent: str = typer.Option("mini-swe-agent", "--agent", help="Who proposes changes: mini-swe-agent | "
+                              "claude-code | codex | aider | command | replay (tuner needs [[knobs]])."),
+    scaffold: str | None = typer.Option(None, "--scaffold", help="No benchmark yet? Write one: serving "
+                                        "(your server + a protected client) or inprocess (your function)."),
+    serve: str | None = typer.Option(None, "--serve", help="serving: your server command; it listens on $RSI_PORT."),
+    endpoint: str = typer.Option("/generate", "--endpoint", help="serving: the path the client POSTs to."),
+    input_field: str = typer.Option("prompt", "--input-field", help="serving: the JSON key of the prompt."),
+    ready_path: str | None = typer.Option(None, "--ready-path", help="serving: answers 200 when ready (default /health)."),
+    ready_pattern: str | None = typer.Option(None, "--ready-pattern", help="serving: a line the server prints when ready."),
+    entry: str | None = typer.Option(None, "--entry", help="inprocess: package.module:function (prompt -> output)."),
+    install: str = typer.Option("", "--install", help="pip requirement the workflows install rsi-bot "
+                                "from (default: the repository variable RSI_INSTALL)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing: take the flags and what is detected."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
-    """Write .rsi/config.toml, the caller workflow, a config-check workflow and the issue form."""
+    """Write .rsi/config.toml, the caller workflow, a config-check workflow and the issue form;
+    with no benchmark in the repo, scaffold one (--scaffold)."""
     from harness.onboard import (
         InitAnswers,
         InitError,
         detect,
         next_steps,
         render_files,
+        source_examples,
         write_files,
     )
 
     found = detect(repo)
     ask = not yes and _interactive()
-    if found.source:
+    if found.source and not scaffold:
         typer.echo(f"detected: {found.command or found.client} ({found.source})")
-    command = command or found.command
+    command = command or (None if scaffold else found.command)
+    if not command and not scaffold and ask:
+        typer.echo("No benchmark found. rsi init can write one for you.")
+        scaffold = typer.prompt("How does this repo run inference: serving (an HTTP server) or "
+                                "inprocess (a Python function)?", default="serving")
+    if scaffold:
+        if ask:
+            if scaffold == "serving":
+                serve = typer.prompt("Server command (it must listen on $RSI_PORT)", default=serve)
+                endpoint = typer.prompt("Path the client POSTs a prompt to", default=endpoint)
+                input_field = typer.prompt("JSON key of the prompt", default=input_field)
+                ready_path = typer.prompt("Path that answers 200 when ready", default=ready_path or "/health")
+            else:
+                entry = typer.prompt("Inference function (package.module:function)", default=entry)
+            agent = typer.prompt("Agent (mini-swe-agent, claude-code, codex, aider, command, replay)",
+                                 default=agent)
+        _init_scaffold(repo, scaffold=scaffold, serve=serve or "", entry=entry or "",
+                       endpoint=endpoint, input_field=input_field, ready_path=ready_path,
+                       ready_pattern=ready_pattern, benchmark=benchmark, objective=objective,
+                       min_gain=min_gain, agent=agent, device=device, force=force, install=install)
+        return
     if ask:
         command = typer.prompt("Benchmark command", default=command)
     metrics = _metric_option(metric) or dict(found.metrics)
@@ -204,11 +292,18 @@ def init_cmd(
     if device not in ("cpu", "cuda", "npu"):
         raise typer.BadParameter("cpu, cuda or npu", param_hint="--device")
     if not command:
-        typer.echo("no benchmark command found; pass --command", err=True)
+        typer.echo("rsi init: no benchmark found in this repo. Either scaffold one:\n"
+                   "  rsi init --scaffold serving --serve 'python -m app.server --port $RSI_PORT'\n"
+                   "  rsi init --scaffold inprocess --entry package.module:generate\n"
+                   "or name yours: rsi init --command 'python bench.py' --metric tokens_per_s=higher\n"
+                   "Writing a benchmark: https://github.com/rsi-bot/rsi-bot/blob/main/docs/"
+                   "writing-a-benchmark.md", err=True)
         raise typer.Exit(2)
     answers = InitAnswers(command=command, metrics=metrics, objective=objective, benchmark=benchmark,
                           samples=dict(found.samples) if command == found.command or found.client else {},
-                          min_gain=min_gain, device=device, client=found.client)
+                          outputs=list(found.outputs) if command == found.command or found.client else [],
+                          min_gain=min_gain, device=device, client=found.client, agent=agent,
+                          examples=source_examples(repo), install=install)
     try:
         written = write_files(repo, render_files(answers), force=force)
     except InitError as exc:
@@ -217,6 +312,50 @@ def init_cmd(
     for p in written:
         typer.echo(f"wrote {p}")
     typer.echo(next_steps(answers))
+
+
+def _init_scaffold(repo: Path, *, scaffold: str, serve: str, entry: str, endpoint: str,
+                   input_field: str, ready_path: str | None, ready_pattern: str | None,
+                   benchmark: str, objective: str | None, min_gain: float, agent: str,
+                   device: str, force: bool, install: str = "") -> None:
+    """``rsi init --scaffold``: a benchmark, its config, and the GitHub files."""
+    from harness.onboard import (
+        InitAnswers,
+        InitError,
+        _runner_lines,
+        render_files,
+        source_examples,
+        write_files,
+    )
+    from harness.scaffold import BENCH_DIR, Scaffold, ScaffoldError, next_steps, scaffold_files
+
+    if device not in ("cpu", "cuda", "npu"):
+        raise typer.BadParameter("cpu, cuda or npu", param_hint="--device")
+    sc = Scaffold(kind=scaffold, serve=serve, entry=entry, endpoint=endpoint,  # type: ignore[arg-type]
+                  input_field=input_field,
+                  ready_path=ready_path if (ready_path or not ready_pattern) else None,
+                  ready_pattern=ready_pattern, benchmark=benchmark,
+                  objective=objective or "throughput", min_gain=min_gain, agent=agent)
+    if sc.ready_path is None and not sc.ready_pattern:
+        sc.ready_path = "/health"
+    cmd = f"python {BENCH_DIR}/{'client' if scaffold == 'serving' else 'bench'}.py"
+    answers = InitAnswers(command=cmd, metrics={"throughput": "higher"}, objective="throughput",
+                          benchmark=benchmark, device=device, agent=agent,  # type: ignore[arg-type]
+                          examples=source_examples(repo), install=install)
+    try:
+        files = render_files(answers)
+        files.update(scaffold_files(sc, _runner_lines(answers)))
+        form_others = ["latency_p95_s", "ttfa_p50_s"]
+        from harness.onboard import FORM_PATH, render_form
+
+        files[FORM_PATH] = render_form(benchmark, sc.objective, form_others, answers.examples)
+        written = write_files(repo, files, force=force)
+    except (InitError, ScaffoldError) as exc:
+        typer.echo(f"rsi init: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for p in written:
+        typer.echo(f"wrote {p}")
+    typer.echo(next_steps(sc))
 
 
 @app.command("run")
@@ -261,11 +400,11 @@ def run_cmd(
         agent_obj = ReplayAgent([p.resolve() for p in patch])
 
     rounds_total = rounds or spec.agent.rounds
-    if quiet:
-        def on_event(ev):
-            console.print(f"[{ev.kind}] {ev.message}", markup=False, highlight=False)
+    if quiet or not sys.stdout.isatty():  # a pipe or a CI log: one line per step, no redraws
+        on_event = StepLines(spec, rounds_total)
+        on_event.line(f"{tid}: {estimate(spec, rounds_total)}")
 
-        result = run_task(repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
+        result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
                           on_event=on_event, verifier=verify)
     else:
         from rich.progress import (
@@ -297,7 +436,7 @@ def run_cmd(
                 progress.console.print(f"[{colour}]{ev.kind:>14}[/{colour}] {ev.message}", highlight=False)
                 progress.update(bar, description=f"{tid}: {ev.kind}")
 
-            result = run_task(repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
+            result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
                               on_event=on_event, verifier=verify)
     from rich.table import Table
 

@@ -184,8 +184,58 @@ def missing_paths(text: str, files: set[str]) -> list[Problem]:
     return out
 
 
+def _resolve(schema: dict, node: dict) -> dict:
+    while "$ref" in node:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    if "anyOf" in node:  # optional tables: the non-null branch
+        for branch in node["anyOf"]:
+            if branch.get("type") != "null":
+                return _resolve(schema, branch)
+    return node
+
+
+def unknown_keys(data: object, schema: dict | None = None) -> dict[str, str]:
+    """``{key path: message}`` for every key the JSON Schema of the repo config
+    (docs/schema/rsi-config.schema.json, :mod:`harness.schema`) does not allow,
+    each with ``difflib``'s nearest known key as a "did you mean"."""
+    import difflib
+
+    from harness.schema import _repo_config_model
+
+    # the checked-in schema's shape without its descriptions (reading those from
+    # the source takes seconds; the keys are the same)
+    schema = schema or _repo_config_model().model_json_schema()
+    out: dict[str, str] = {}
+
+    def walk(value: object, node: dict, path: str) -> None:
+        node = _resolve(schema, node)
+        if isinstance(value, dict):
+            props = node.get("properties", {})
+            extra = node.get("additionalProperties", True)
+            for key, sub in value.items():
+                where = f"{path}.{key}" if path else str(key)
+                if key in props:
+                    walk(sub, props[key], where)
+                elif isinstance(extra, dict):
+                    walk(sub, extra, where)
+                elif extra is False or (props and node.get("type") == "object" and not extra):
+                    near = difflib.get_close_matches(str(key), list(props), n=1, cutoff=0.6)
+                    hint = f"; did you mean '{near[0]}'?" if near else ""
+                    here = f"[{path}]" if path else "the top level"
+                    out[where] = (f"{where}: unknown key{hint} (known in {here}: "
+                                  f"{', '.join(props)})")
+        elif isinstance(value, list) and isinstance(node.get("items"), dict):
+            for i, item in enumerate(value):
+                walk(item, node["items"], f"{path}[{i}]")
+
+    walk(data, schema, "")
+    return out
+
+
 def check_config(repo: Path) -> list[Problem]:
-    """Every problem of ``<repo>/.rsi/config.toml`` as it is on disk."""
+    """Every problem of ``<repo>/.rsi/config.toml`` as it is on disk, in one
+    pass: keys the JSON Schema does not know (with "did you mean"), then every
+    error of building a task from it."""
     path = Path(repo) / CONFIG_PATH
     if not path.is_file():
         return [Problem(CONFIG_PATH, f"not found in {repo}; `rsi init` writes one",
@@ -194,11 +244,16 @@ def check_config(repo: Path) -> list[Problem]:
     files = working_tree_files(Path(repo))
     warnings = missing_paths(text, files)
     try:
+        unknown = unknown_keys(tomllib.loads(text))
+    except tomllib.TOMLDecodeError:
+        unknown = {}
+    errors = list(unknown.values())
+    try:
         build_task(text, None, "config-check", repo_files=files)
     except SpecError as exc:
-        errors = [e.replace("on the default branch", "in the working tree") for e in exc.errors]
-        return config_problems(errors, text) + warnings
-    return warnings
+        errors += [e.replace("on the default branch", "in the working tree") for e in exc.errors
+                   if error_path(e) not in unknown]  # the schema's message has the suggestion
+    return config_problems(errors, text) + warnings if errors else warnings
 
 
 def blame(config_text: str, proposal_body: str | None, proposal_file: str, *,

@@ -70,6 +70,8 @@ class Detected:
     client: str | None = None
     """A load generator of the repo (a script that writes $RSI_RESULT and reads
     $RSI_SERVER_URL): the benchmark is then a serving one, ``command`` the server."""
+    outputs: list[str] = field(default_factory=list)
+    """Keys of the result's ``outputs``: what quality guards can compare."""
 
 
 @dataclass
@@ -89,6 +91,15 @@ class InitAnswers:
     editable: list[str] = field(default_factory=lambda: ["**"])
     device: Literal["cpu", "cuda", "npu"] = "cpu"
     ref: str = field(default_factory=release_ref)
+    install: str = ""
+    """The pip requirement the generated workflows install rsi-bot from; empty:
+    the repository variable ``RSI_INSTALL`` (a setting, never a URL guessed here)."""
+    agent: str = "mini-swe-agent"
+    """An agent kind that runs without [[knobs]] (the tuner needs them)."""
+    outputs: list[str] = field(default_factory=list)
+    """Keys of the result's outputs: each gets an output-length quality guard."""
+    examples: list[str] = field(default_factory=list)
+    """Source files of this repo (:func:`source_examples`): the issue form's placeholders."""
 
     def problems(self) -> list[str]:
         out = []
@@ -106,6 +117,10 @@ class InitAnswers:
                        f"({', '.join(self.metrics) or 'none'})")
         if not 0 <= self.min_gain <= 10:
             out.append(f"min_gain {self.min_gain} is outside 0..10 (0.05 means 5% better)")
+        if self.agent == "tuner":
+            out.append("the tuner needs [[knobs]], which init cannot know: pick another --agent "
+                       "(mini-swe-agent, claude-code, codex, aider, command, replay) and add "
+                       "knobs later")
         if not re.fullmatch(r"[A-Za-z_][\w-]*", self.benchmark):
             out.append(f"benchmark name {self.benchmark!r}: use letters, digits, '_' or '-'")
         return out
@@ -130,6 +145,23 @@ def _result_keys(source: str) -> tuple[dict[str, str], dict[str, str]]:
                     if isinstance(mk, ast.Constant) and isinstance(mk.value, str):
                         found[k.value][mk.value] = direction_of(mk.value)
     return found["metrics"], found["samples"]
+
+
+def _output_keys(source: str) -> list[str]:
+    """Keys of dict literals under ``"outputs"`` (what the result carries for quality guards)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value == "outputs" and isinstance(v, ast.Dict):
+                    out += [mk.value for mk in v.keys if isinstance(mk, ast.Constant)
+                            and isinstance(mk.value, str) and re.fullmatch(r"\w{1,64}", mk.value)
+                            and mk.value not in out]
+    return out
 
 
 def _plain(p: Path, root: Path) -> bool:
@@ -199,8 +231,10 @@ def detect(repo: Path, *, ref: str | None = None) -> Detected:
         metrics, samples = _result_keys(texts[rel])
         if "RSI_SERVER_URL" in texts[rel]:  # a client: the command to find is the server's
             return Detected(None, metrics, samples, f"{rel} is a load generator (reads "
-                            "$RSI_SERVER_URL): give your server's command", client=f"python {rel}")
-        return Detected(f"python {rel}", metrics, samples, f"{rel} writes $RSI_RESULT")
+                            "$RSI_SERVER_URL): give your server's command", client=f"python {rel}",
+                            outputs=_output_keys(texts[rel]))
+        return Detected(f"python {rel}", metrics, samples, f"{rel} writes $RSI_RESULT",
+                        outputs=_output_keys(texts[rel]))
     if "Makefile" in files:
         m = re.search(r"^(bench(?:mark)?)\s*:", files["Makefile"], re.M)
         if m:
@@ -265,6 +299,7 @@ def render_config(a: InitAnswers) -> str:
         "# max_ratio = 1.05",
         "# required = true                      # a proposal may not loosen it",
         *_guard_lines(a),
+        *_quality_lines(a),
         "",
         *(["# This repo has a load generator: the objective and the required guards must be",
             "# measured outside the candidate (a server cannot report its own speed).",
@@ -281,12 +316,27 @@ def render_config(a: InitAnswers) -> str:
         "# API host in the runner profile's allowed_hosts.",
         "[agent]",
         "rounds = 6",
-        '# kind = "mini-swe-agent"',
-        '# env = ["OPENAI_API_KEY"]',
+        f"kind = {_s(a.agent)}",
+        *([f"env = [{_s(_AGENT_ENV[a.agent])}]"] if a.agent in _AGENT_ENV else []),
         "",
         *_runner_lines(a),
     ]
     return "\n".join(lines) + "\n"
+
+
+_AGENT_ENV = {"mini-swe-agent": "OPENAI_API_KEY", "aider": "OPENAI_API_KEY",
+              "claude-code": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}
+
+
+def _quality_lines(a: InitAnswers) -> list[str]:
+    """An output-length guard on each output the result carries (a faster run
+    that emits less is not faster); a WER guard where the outputs are texts is
+    the maintainer's to add (docs/configuration.md#quality)."""
+    lines = []
+    for key in a.outputs[:3]:
+        lines += ["", "[[quality]]", 'kind = "output_length"            # outputs as long as the '
+                  "baseline's", f"output = {_s(key)}", "max_change = 0.02"]
+    return lines
 
 
 def _guard_lines(a: InitAnswers) -> list[str]:
@@ -317,7 +367,8 @@ def render_files(a: InitAnswers) -> dict[str, str]:
     problems = a.problems()
     if problems:
         raise InitError("; ".join(problems))
-    sub = {"@RSI_REF@": a.ref, "@RSI_PROJECT@": PROJECT}
+    sub = {"@RSI_REF@": a.ref, "@RSI_PROJECT@": PROJECT, "@RSI_VERSION@": a.ref.removeprefix("v"),
+           "@RSI_INSTALL@": json.dumps(a.install) if a.install else "${{ vars.RSI_INSTALL }}"}
 
     def fill(text: str) -> str:
         for k, v in sub.items():
@@ -328,8 +379,44 @@ def render_files(a: InitAnswers) -> dict[str, str]:
         CONFIG_PATH: render_config(a),
         CALLER_PATH: fill(_template("rsi-job-caller.yml")),
         CHECK_PATH: fill(_template("rsi-config-check.yml")),
-        FORM_PATH: _template("rsi-proposal.yml"),
+        FORM_PATH: render_form(a.benchmark, a.objective, [m for m in a.metrics if m != a.objective],
+                               a.examples),
     }
+
+
+def render_form(benchmark: str, metric: str, others: list[str], examples: list[str]) -> str:
+    """The issue form, its placeholders taken from this repo: its benchmark,
+    objective, other metrics and source files (JSON strings: valid YAML scalars)."""
+    guards = [f"{m} <= 1.05x" for m in others[:2]] or ["peak_rss_mib <= 1.05x"]
+    files = ", ".join(examples[:2]) or "src/model.py"
+    idea = (f"What to change in {examples[0]} and why it should help {metric}." if examples
+            else f"What to change and why it should help {metric}.")
+    sub = {"@BENCHMARK@": benchmark, "@METRIC@": metric, "@GUARDS@": "\n".join(guards),
+           "@EDITABLE@": files, "@IDEA@": idea}
+    text = _template("rsi-proposal.yml")
+    for k, v in sub.items():
+        text = text.replace(k, json.dumps(v[:300]))
+    return text
+
+
+_SOURCE_SUFFIXES = (".py", ".cc", ".cpp", ".cu", ".rs", ".go", ".c", ".h")
+_NOT_SOURCE = re.compile(r"(^|/)(tests?|bench(mark)?s?|docs?|examples?|\.\w+|build|dist|"
+                         r"node_modules|venv|site-packages)/|(^|/)(setup|conftest)\.py$|(^|/)test_")
+
+
+def source_examples(repo: Path, limit: int = 2) -> list[str]:
+    """This repo's largest source files outside tests, benchmarks and docs (the
+    likely hot paths), for the issue form's placeholders."""
+    repo = Path(repo)
+    found = []
+    for p in repo.rglob("*"):
+        if len(found) > 2000:
+            break
+        if p.suffix in _SOURCE_SUFFIXES and _plain(p, repo):
+            rel = p.relative_to(repo).as_posix()
+            if not _NOT_SOURCE.search(rel):
+                found.append((p.stat().st_size, rel))
+    return [rel for _, rel in sorted(found, key=lambda x: (-x[0], x[1]))[:limit]]
 
 
 def write_files(repo: Path, files: dict[str, str], *, force: bool = False) -> list[Path]:

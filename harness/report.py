@@ -19,7 +19,7 @@ Entry points::
     html_report_sections(verdict, ...) -> list[str]   # for the service's task page
 
 The chart plots each candidate's gain vs the Bk measured in the same session
-(with its 95% interval), marked kept, PR open or rolled back: absolute values
+(with its interval, labelled with its real level), marked kept, PR open or rolled back: absolute values
 from different sessions are not comparable, so they are never drawn side by
 side. Each metric is shown in one unit everywhere (table and tradeoffs).
 """
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.text import fenced, inert
+from verifier.units import scale_for_display
 from verifier.verdict import GuardResult, MetricComparison, Verdict
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "comparing_line",
     "headline",
     "history_from_ledger",
+    "objective_change",
     "render_html_report",
     "render_markdown_report",
     "render_mermaid_chart",
@@ -117,7 +119,9 @@ class HistoryPoint:
     """The objective's gain vs the Bk measured in the same session (what the chart plots)."""
     gain_low: float | None = None
     gain_high: float | None = None
-    """That gain's 95% interval."""
+    """That gain's interval (the verifier's repeated interval when the verdict gives it)."""
+    gain_level: float | None = None
+    """That interval's confidence level (None when the record does not say)."""
     status: str = ""
     """What the loop did with the candidate: kept, open, rolled_back, merged..."""
     sha: str = ""
@@ -167,13 +171,10 @@ def _fmt_num(v: float) -> str:
 
 
 def display_unit(unit: str, values: Iterable[float | None]) -> tuple[str, float]:
-    """(unit shown, factor) for every value of one metric: seconds become
-    milliseconds when all its values are below one second, so a row (and the
-    tradeoffs about it) never mixes ms and s."""
-    vals = [abs(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if unit == "s" and vals and max(vals) < 1:
-        return "ms", 1000.0
-    return unit, 1.0
+    """(unit shown, factor) for every value of one metric: a time whose values
+    are all below one of its unit is shown in ms (or µs), so a row (and the
+    tradeoffs about it) never mixes ms and s (``verifier.units``)."""
+    return scale_for_display(unit, values)
 
 
 def fmt_value(v: float | None, unit: str = "", *, factor: float = 1.0) -> str:
@@ -217,16 +218,14 @@ def _change(ratio: float | None, direction: str, ci: Any = None) -> str:
 def _interval(ci: Any) -> str:
     if ci is None:
         return "—"
-    return f"{_pct(ci.low - 1)} to {_pct(ci.high - 1)}"
+    return f"{_pct(ci.low - 1)} to {_pct(ci.high - 1)} ({ci.level:.0%})"
 
 
 def _unit(m: MetricComparison) -> str:
-    if m.unit:
-        return m.unit
-    for suffix, unit in (("_s", "s"), ("_ms", "ms"), ("_mib", "MiB"), ("_mb", "MB")):
-        if m.name.endswith(suffix):
-            return unit
-    return ""
+    """The unit the verdict declares for ``m`` (from the repo config's
+    ``[benchmarks.<name>.units]`` or the verifier's own); never guessed from
+    the metric's name: ``tokens_per_s`` ends in ``_s`` and is a rate."""
+    return m.unit
 
 
 def _category(name: str) -> int:
@@ -241,18 +240,68 @@ def _category(name: str) -> int:
     return 4
 
 
-def _objective_verdict(o: Any, alpha: float = 0.01) -> str:
-    """Whether the objective alone clears the bar (guards are judged on their own rows)."""
+def _objective_verdict(o: Any, decision: str, guard_failed: bool) -> str:
+    """What the objective's own evidence says, in words that agree with the
+    decision (guards are judged on their own rows): accept and review mean the
+    objective cleared the bar, inconclusive that it stayed unclear at the cap of
+    pairs; a reject with no guard failed is the objective's own (no gain worth
+    keeping), one with a guard failed leaves the objective undecided unless it
+    had already cleared."""
     need = f"needs ≥ {_pct(o.min_gain)} and an interval above the {o.noise_margin:.1%} noise margin"
     p = f", p={o.p_value:.2g}" if o.p_value is not None else ""
-    if o.gain is None or o.gain_ci is None:
+    if o.gain is None or o.gain_ci is None or decision == "error":
         return f"➖ not measured ({need})"
-    significant = o.p_value is None or o.p_value < alpha
-    if o.gain >= o.min_gain and o.gain_ci.low > o.noise_margin and significant:
+    cleared = o.gain >= o.min_gain and o.gain_ci.low > o.noise_margin
+    if decision in ("accept", "review") or (decision == "reject" and guard_failed and cleared):
         return f"✅ clear gain{p} ({need})"
-    if o.gain_ci.high < o.min_gain:
+    if decision == "reject" and guard_failed:
+        return f"➖ not decided: a guard rejected the candidate first{p} ({need})"
+    if decision == "reject":
         return f"❌ no gain worth keeping{p} ({need})"
-    return f"❔ unclear{p} ({need})"
+    return f"❔ unclear at the cap of pairs{p} ({need})"
+
+
+def _objective_interval_words(o: Any) -> str:
+    """The objective's interval is the sequential design's repeated interval."""
+    ci = o.ratio_ci or o.gain_ci
+    return f"{ci.level:.0%} repeated interval" if ci is not None else "interval"
+
+
+def _ratio_vs_b0(o: Any) -> float | None:
+    """The objective's candidate / B0 ratio (in the metric's own units)."""
+    if o.gain_vs_b0 is None or o.gain_vs_b0 <= -1:
+        return None
+    return 1 + o.gain_vs_b0 if o.direction == "higher" else 1 / (1 + o.gain_vs_b0)
+
+
+def objective_change(verdict: Verdict | Mapping[str, Any] | None) -> str:
+    """The objective's change vs Bk as the headline and the table say it
+    ("+12.0% better"), for other views of the same verdict; "—" when unmeasured."""
+    try:
+        v = _as_verdict(verdict)
+    except ValueError:
+        return "—"
+    o = v.objective if v is not None else None
+    if o is None or o.ratio is None or v.decision == "error":
+        return "—"
+    return _change(o.ratio, o.direction, o.ratio_ci)
+
+
+def one_estimate_metrics(v: Verdict) -> tuple[MetricComparison, ...]:
+    """The verdict's metrics, the objective's row taking the objective's own
+    paired estimate (the one the decision rests on) in place of the descriptive
+    bootstrap one, so that the headline, the table and the tradeoffs give one
+    point estimate (and one interval) for that metric."""
+    o = v.objective
+    if o is None or o.ratio is None:
+        return v.metrics
+    out = []
+    for m in v.metrics:
+        if m.name == o.metric:
+            m = m.model_copy(update={"ratio_vs_bk": o.ratio, "ratio_vs_bk_ci": o.ratio_ci,
+                                     "ratio_vs_b0": _ratio_vs_b0(o), "ratio_vs_b0_ci": None})
+        out.append(m)
+    return tuple(out)
 
 
 def _guard_verdict(guards: Sequence[GuardResult]) -> tuple[str, str]:
@@ -286,12 +335,15 @@ def headline(verdict: Verdict | Mapping[str, Any]) -> str:
     }[v.decision]
     text = f"{EMOJI[v.decision]} **{word}**"
     o = v.objective
-    if o is not None and o.gain is not None and v.decision != "error":
-        text += f": {o.metric} {_pct(o.gain)} vs Bk"
-        if o.gain_ci is not None:
-            text += f" (95% interval {_pct(o.gain_ci.low)} to {_pct(o.gain_ci.high)})"
-        if o.gain_vs_b0 is not None:
-            text += f", {_pct(o.gain_vs_b0)} vs B0 ({1 + o.gain_vs_b0:.2f}x)"
+    if o is not None and o.ratio is not None and v.decision != "error":
+        # the same cells as the table's objective row: one estimate, one interval
+        text += f": {o.metric} {_change(o.ratio, o.direction, o.ratio_ci)} vs Bk"
+        if o.ratio_ci is not None:
+            text += (f" ({_objective_interval_words(o)} {_pct(o.ratio_ci.low - 1)} to "
+                     f"{_pct(o.ratio_ci.high - 1)})")
+        r0 = _ratio_vs_b0(o)
+        if r0 is not None:
+            text += f", {_pct(r0 - 1)} vs B0 ({r0:.2f}x)"
     if v.quarantined:
         text += " — **QUARANTINED**"
     return text
@@ -354,8 +406,8 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
             bk=fmt(m.bk if m else None),
             candidate=fmt(m.candidate if m else None),
             change=_change(o.ratio, o.direction, o.ratio_ci),
-            interval=_interval(o.ratio_ci),
-            verdict=_objective_verdict(o),
+            interval=_interval(o.ratio_ci).replace("%)", "% repeated)") if o.ratio_ci else "—",
+            verdict=_objective_verdict(o, v.decision, any(g.status == "fail" for g in v.guards)),
             status=v.decision,
             kind="objective",
         ))
@@ -424,11 +476,11 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
     return rows
 
 
-_HEADER = ("metric", "B0", "Bk", "candidate", "change vs Bk", "95% interval", "verdict")
+_HEADER = ("metric", "B0", "Bk", "candidate", "change vs Bk", "interval (level)", "verdict")
 
 
 def render_summary_table(verdict: Verdict | Mapping[str, Any]) -> str:
-    """The markdown table: metric, B0, Bk, candidate, change, 95% interval, verdict."""
+    """The markdown table: metric, B0, Bk, candidate, change, interval (with its level), verdict."""
     rows = summary_rows(verdict)
     if not rows:
         return "_No measurements._"
@@ -480,14 +532,15 @@ def _tradeoffs(v: Verdict) -> list[str]:
     """Tradeoffs: one per tail-latency, memory and startup metric, written here in
     the table's unit for that metric (the verifier's own sentences about those
     metrics are replaced), then the verifier's other sentences."""
-    mine = {m.name: t for m in v.metrics if (t := _metric_tradeoff(m))}
+    mine = {m.name: t for m in one_estimate_metrics(v) if (t := _metric_tradeoff(m))}
     out = list(mine.values())
     out += [t for t in v.tradeoffs if not any(f"({name}):" in t for name in mine)]
-    if v.objective is not None and v.objective.gain is not None and v.decision != "error":
+    if v.objective is not None and v.objective.ratio is not None and v.decision != "error":
         o = v.objective
+        change = _change(o.ratio, o.direction, o.ratio_ci)
         for g in v.guards:
             if g.kind in ("wer", "output_length", "allclose", "waveform", "tensor") and g.status == "fail" and g.against == "bk":
-                out.append(f"The {_pct(o.gain)} on {o.metric} comes with a quality loss: {g.name}: {g.detail}.")
+                out.append(f"The {change} on {o.metric} comes with a quality loss: {g.name}: {g.detail}.")
     return out
 
 
@@ -548,10 +601,12 @@ def history_from_ledger(records: Iterable[Any], *, task: str | None = None) -> l
         status = str(_get(r, "status") or "")
         after = cand if (status == "kept" and cand is not None) else bk
         gain, lo, hi = _gain_of(r) if cand is not None else (None, None, None)
+        ci = _get(_get(_get(r, "verdict"), "objective"), "gain_ci")
+        level = _num_or_none(_get(ci, "level")) if lo is not None else None
         points.append(HistoryPoint(
             label=f"#{_get(r, 'candidate')}", value=cand, bk=after, decision=str(_get(r, "decision", "")),
             hypothesis=str(_get(r, "hypothesis", "") or ""), round=_get(r, "round"),
-            gain=gain, gain_low=lo, gain_high=hi, status=status, sha=str(_get(r, "sha") or ""),
+            gain=gain, gain_low=lo, gain_high=hi, gain_level=level, status=status, sha=str(_get(r, "sha") or ""),
         ))
         bk = after
     return points
@@ -575,7 +630,7 @@ def _as_history(history: Sequence[HistoryPoint] | None, ledger: Sequence[Any],
     def same(h: HistoryPoint) -> HistoryPoint:
         if ci is None:  # keep the interval the point had rather than none
             return dataclasses.replace(h, gain=o.gain)
-        return dataclasses.replace(h, gain=o.gain, gain_low=ci.low, gain_high=ci.high)
+        return dataclasses.replace(h, gain=o.gain, gain_low=ci.low, gain_high=ci.high, gain_level=ci.level)
 
     return [same(h) if h.sha == sha and h.label != "B0" else h for h in hist]
 
@@ -603,6 +658,14 @@ def _status_word(p: HistoryPoint) -> str:
     return "kept" if p.decision == "accept" else "rolled back"
 
 
+def _chart_interval_words(pts: Sequence[HistoryPoint]) -> str:
+    """"98% interval" when every drawn interval has that level; else "interval"."""
+    levels = {p.gain_level for p in pts if p.gain_low is not None and p.gain_high is not None}
+    if len(levels) == 1 and None not in levels:
+        return f"{levels.pop():.0%} interval"
+    return "interval"
+
+
 def gain_points(history: Sequence[HistoryPoint]) -> list[HistoryPoint]:
     """The candidates the chart draws: those with a measured gain."""
     return [p for p in history if p.label != "B0" and p.gain is not None]
@@ -611,7 +674,7 @@ def gain_points(history: Sequence[HistoryPoint]) -> list[HistoryPoint]:
 def render_mermaid_chart(history: Sequence[HistoryPoint], *, metric: str, direction: str = "higher",
                          max_points: int = 60, min_gain: float | None = None) -> str:
     """A Mermaid ``xychart-beta`` of each candidate's gain on the objective vs the
-    Bk measured in the same session (%): bars, with the 95% interval as two lines
+    Bk measured in the same session (%): bars, with the interval as two lines
     (low, high) and ``min_gain`` as a flat line; each x label says what happened
     to the candidate (kept, PR open, rolled back). Values measured in different
     sessions are never put side by side as absolute numbers."""
@@ -633,7 +696,7 @@ def render_mermaid_chart(history: Sequence[HistoryPoint], *, metric: str, direct
         "```mermaid",
         "xychart-beta",
         f'    title "{safe_metric}: gain vs Bk of the same session, % ({direction} is better); '
-        "lines: 95% interval" + ("; flat line: min_gain" if min_gain is not None else "")
+        f"lines: {_chart_interval_words(pts)}" + ("; flat line: min_gain" if min_gain is not None else "")
         + (f"; {dropped} older not shown" if dropped else "") + '"',
         f"    x-axis [{labels}]",
         f'    y-axis "gain vs Bk (%)" {_num(lo - pad)} --> {_num(hi + pad)}',
@@ -906,7 +969,7 @@ def render_svg_chart(
 ) -> str:
     """An inline SVG of each candidate's gain vs the Bk measured in the same session:
     a bar per candidate coloured by what happened to it (kept, PR open, rolled
-    back: grey, hatched), its 95% interval as a whisker, zero and ``min_gain``
+    back: grey, hatched), its interval as a whisker, zero and ``min_gain``
     as lines; hover a bar for the hypothesis."""
     pts, _ = _last_points(gain_points(history), max_points)
     if not pts:
@@ -976,7 +1039,7 @@ def render_svg_chart(
         out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{fill}" stroke="#57606a" '
                    f'stroke-width="0.6"/><text x="{lx + 14}" y="{ly}" fill="#24292f">{label}</text>')
         lx += 24 + 7 * len(label)
-    out.append(f'<text x="{lx}" y="{ly}" fill="#24292f">whisker: 95% interval</text>')
+    out.append(f'<text x="{lx}" y="{ly}" fill="#24292f">whisker: {_chart_interval_words(pts)}</text>')
     if min_gain is not None:
         out.append(f'<text x="{lx + 150}" y="{ly}" fill="#bf8700">dashed: min_gain {_h(_pct(min_gain))}</text>')
     out.append("</svg>")

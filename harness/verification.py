@@ -126,7 +126,7 @@ class InProcessVerifier:
 
 
 REPORT_MAX_BYTES = 32 * 1024 * 1024
-EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA = 0, 1, 2  # the verifier CLI's exit codes
+EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA, EXIT_CANDIDATE = 0, 1, 2, 3  # verifier.cli's exit codes
 KEEP_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "DOCKER_HOST", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY")
 RUN_LABEL = "rsi-bot.verify-run"
 
@@ -331,7 +331,7 @@ class SandboxVerifier:
     def calibrate(self, ref, spec, *, progress=None):
         argv = ["calibrate-dir", str(ref), "--config", "{root}/config.toml", "--report", "{root}/report.json"]
         run = self._run(spec, argv, {}, self._timeout(spec, True), progress)
-        if run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA) or run.report is None:
+        if run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA, EXIT_CANDIDATE) or run.report is None:
             raise RuntimeError(f"the verifier failed: {run.why()}" + (f" ({run.report_error})" if run.report_error else ""))
         from verifier.calibrate import Calibration
 
@@ -360,7 +360,7 @@ def verdict_of(run: VerifierRun, shas: dict | None):
     and its decision is what the exit code says; else an ``error`` verdict."""
     from verifier.verdict import Verdict
 
-    if run.timed_out or run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA):
+    if run.timed_out or run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA, EXIT_CANDIDATE):
         return error_verdict("sandbox", f"the verifier failed: {run.why()}", run.output, shas)
     if run.report is None:
         return error_verdict("sandbox", f"the verifier left no report ({run.report_error}); {run.why()}",
@@ -369,7 +369,9 @@ def verdict_of(run: VerifierRun, shas: dict | None):
         verdict = Verdict.from_json(run.report)
     except ValueError as exc:
         return error_verdict("sandbox", f"unreadable verdict from the verifier: {exc}", run.output, shas)
-    expected = {"accept": EXIT_ACCEPT, "error": EXIT_INFRA}.get(verdict.decision, EXIT_OTHER)
+    from verifier.cli import exit_code
+
+    expected = exit_code(verdict)
     if run.returncode != expected:
         return error_verdict("sandbox", f"the verifier exited with code {run.returncode} but its report says "
                              f"{verdict.decision}", run.output, shas)

@@ -45,7 +45,10 @@ from .measure import ProgressEvent
 from .verdict import Decision, Fingerprint, Verdict
 
 CONFIG_PATH = ".rsi/config.toml"
-EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA = 0, 1, 2
+EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA, EXIT_CANDIDATE = 0, 1, 2, 3
+"""0 accepted; 1 judged and not accepted (review, reject, inconclusive); 2 the tool
+or the machine failed (config, git, Docker, the baseline's own run): nothing was
+judged; 3 the candidate's own run failed (it crashed, timed out or wrote no result)."""
 
 app = typer.Typer(
     help="The rsi verifier: measures and judges candidates.",
@@ -59,7 +62,8 @@ def exit_code(verdict: Verdict) -> int:
     if verdict.decision == Decision.ACCEPT:
         return EXIT_ACCEPT
     if verdict.decision == Decision.ERROR:
-        return EXIT_INFRA
+        failed = verdict.error.stage if verdict.error is not None else ""
+        return EXIT_CANDIDATE if failed == "candidate" else EXIT_INFRA
     return EXIT_OTHER
 
 
@@ -94,7 +98,7 @@ def render_verdict(v: Verdict) -> list:
         out.append(
             escape(
                 f"objective {o.benchmark}.{o.metric} ({o.direction} is better): gain {o.gain:+.2%}"
-                + (f" [{ci.low:+.2%}, {ci.high:+.2%}]" if ci else "")
+                + (f" [{ci.low:+.2%}, {ci.high:+.2%}] ({ci.level:.0%} repeated interval)" if ci else "")
                 + (f", p={o.p_value:.2g}" if o.p_value is not None else "")
                 + f", min_gain {o.min_gain:.1%}, noise margin {o.noise_margin:.1%}"
                 + (f", vs B0 {o.gain_vs_b0:+.2%}" if o.gain_vs_b0 is not None else "")
@@ -110,11 +114,15 @@ def render_verdict(v: Verdict) -> list:
         t.add_column("Bk", justify="right")
         t.add_column("candidate", justify="right")
         t.add_column("vs Bk", justify="right")
-        t.add_column("95% CI", justify="right")
+        t.add_column("interval", justify="right")
         if has_b0:
             t.add_column("vs B0", justify="right")
         t.add_column("source")
+        o = v.objective
         for m in v.metrics:
+            if o is not None and m.name == o.metric and o.ratio is not None:
+                # the objective's own estimate, the one the decision rests on
+                m = m.model_copy(update={"ratio_vs_bk": o.ratio, "ratio_vs_bk_ci": o.ratio_ci})
             row = [f"{m.name} ({m.direction[0]})"]
             if has_b0:
                 row.append(_num(m.b0))
@@ -122,7 +130,8 @@ def render_verdict(v: Verdict) -> list:
                 _num(m.bk),
                 _num(m.candidate),
                 f"{m.ratio_vs_bk - 1:+.2%}" if m.ratio_vs_bk is not None else "-",
-                f"{m.ratio_vs_bk_ci.low - 1:+.1%} .. {m.ratio_vs_bk_ci.high - 1:+.1%}"
+                f"{m.ratio_vs_bk_ci.low - 1:+.1%} .. {m.ratio_vs_bk_ci.high - 1:+.1%} "
+                f"({m.ratio_vs_bk_ci.level:.0%})"
                 if m.ratio_vs_bk_ci
                 else "-",
             ]

@@ -133,6 +133,10 @@ class BenchmarkConfig(_Model):
     """Declared metrics and their better direction."""
     samples: dict[str, Direction] = Field(default_factory=dict)
     """Declared sample series (per-request values) and their better direction."""
+    units: dict[str, str] = Field(default_factory=dict)
+    """Unit of each declared metric or sample series (parsed with pint: "s", "ms",
+    "1/s", "token/s", "MiB"); a series' percentiles take its unit. Reports show a
+    metric without one as a plain number: units are never guessed from names."""
 
     @field_validator("ready_pattern")
     @classmethod
@@ -161,10 +165,34 @@ class BenchmarkConfig(_Model):
             return "evaluator"
         return "client" if self.serving else "benchmark"
 
+    def unit_of(self, metric: str) -> str:
+        """``metric``'s unit: declared in ``units`` (a percentile takes its
+        series'), or the verifier's own for what it measures; else ``""``."""
+        from .units import MEASURED_UNITS, canonical
+
+        if metric in self.units:
+            return canonical(self.units[metric])
+        if metric in self.measured() and metric not in self.metrics:
+            return MEASURED_UNITS.get(metric, "")
+        for series in self.samples:
+            if series in self.units and metric in {percentile_name(series, q) for q in PERCENTILES}:
+                return canonical(self.units[series])
+        return ""
+
     def problems(self) -> list[str]:
         """What is wrong with the shape of this benchmark (empty: nothing)."""
         where = f"benchmarks.{self.name}"
         out = []
+        from .units import canonical
+
+        for m, unit in self.units.items():
+            try:
+                canonical(unit)
+            except ValueError as exc:
+                out.append(f"{where}.units.{m}: {exc}")
+            if m not in self.metrics and m not in self.samples:
+                out.append(f"{where}.units: '{m}' is not a declared metric or sample series "
+                           f"of this benchmark (declared: {', '.join([*self.metrics, *self.samples]) or 'none'})")
         if self.command is not None and (self.serve or self.client):
             out.append(f"{where}: give either command (in-process) or serve + client, not both")
         elif self.command is None and not (self.serve and self.client):
@@ -405,14 +433,19 @@ class VerifyConfig(_Model):
         if ob.benchmark not in self.benchmarks:
             errors.append(
                 f"objective: unknown benchmark '{ob.benchmark}'; declared benchmarks: {names}"
+                + _near(ob.benchmark, self.benchmarks)
             )
+            every = {m for b in self.benchmarks.values() for m in b.known_metrics()}
+            if self.benchmarks and ob.metric not in every:  # in the same pass, not the next
+                errors.append(f"objective: unknown metric '{ob.metric}' in every benchmark"
+                              + _near(ob.metric, every))
         else:
             known = self.benchmarks[ob.benchmark].known_metrics()
             if ob.metric not in known:
                 errors.append(
                     f"objective: unknown metric '{ob.metric}'; benchmark '{ob.benchmark}' "
                     "declares: "
-                    f"{_list(self.benchmarks[ob.benchmark])}"
+                    f"{_list(self.benchmarks[ob.benchmark])}" + _near(ob.metric, known)
                 )
         for i, g in enumerate(self.guards):
             where = f"guards[{i}]"
@@ -432,7 +465,7 @@ class VerifyConfig(_Model):
             if g.metric not in known:
                 errors.append(
                     f"{where}: unknown metric '{g.metric}'; benchmark '{bench}' declares: "
-                    f"{_list(self.benchmarks[bench])}"
+                    f"{_list(self.benchmarks[bench])}" + _near(g.metric, known)
                 )
                 continue
             d = known[g.metric]
@@ -577,6 +610,14 @@ def _quality_problems(q: QualityGuard, where: str) -> list[str]:
     if q.kind == "tensor" and q.dtype is not None and q.dtype not in TOLERANCES:
         out.append(f"{where}: unknown dtype '{q.dtype}'; known: {', '.join(TOLERANCES)}")
     return out
+
+
+def _near(name: str, options: Any) -> str:
+    """ "; did you mean 'x'?" for the nearest of ``options`` (difflib), or ""."""
+    import difflib
+
+    near = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.6)
+    return f"; did you mean '{near[0]}'?" if near else ""
 
 
 def _list(b: BenchmarkConfig) -> str:

@@ -197,7 +197,7 @@ class Evaluator:
     def metrics(self, s: Session) -> list[MetricComparison]:
         out = []
         for metric, d in s.directions().items():
-            row: dict[str, Any] = dict(name=metric, direction=d, unit=_unit(metric))
+            row: dict[str, Any] = dict(name=metric, direction=d, unit=s.bench.unit_of(metric))
             src = s.percentile_source(metric)
             for arm in ("b0", "bk", "candidate"):
                 if arm not in s.records:
@@ -220,9 +220,3 @@ class Evaluator:
             out.append(MetricComparison(**row))
         return out
 
-
-def _unit(metric: str) -> str:
-    for suffix, unit in (("_s", "s"), ("_ms", "ms"), ("_mib", "MiB"), ("_mb", "MB")):
-        if metric.endswith(suffix):
-            return unit
-    return ""

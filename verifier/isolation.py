@@ -204,7 +204,10 @@ def run_job(isolation: Isolation, job: Job) -> CommandResult:
     try:
         return isolation.start(job).wait()
     except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
-        return CommandResult(None, 0.0, False, "", "", error=f"could not run the command: {e!r}")
+        from .infra import INFRA_PREFIX, explain, is_infrastructure
+
+        why = INFRA_PREFIX + explain(e) if is_infrastructure(e) else f"could not run the command: {e!r}"
+        return CommandResult(None, 0.0, False, "", "", error=why)
 
 
 # ---- output capture (shared) ----------------------------------------------------

@@ -153,6 +153,11 @@ class Session:
         tail = rec.stderr_tail
         if not tail.strip() and rec.stdout_tail.strip():
             tail = "(stdout)\n" + rec.stdout_tail
+        from .infra import INFRA_PREFIX
+
+        if INFRA_PREFIX in (rec.error or ""):  # the machine failed, not this arm's code
+            why = rec.error[rec.error.index(INFRA_PREFIX) + len(INFRA_PREFIX):]
+            return RunError(stage="infrastructure", message=why, stderr_tail=tail[-4000:])
         return RunError(
             stage=stage,
             message=f"{what} of benchmark '{self.bench.name}' failed: {rec.error}",

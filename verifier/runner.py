@@ -127,7 +127,10 @@ def run_once(
             hidden=dict(extra_env or {}), drop=drop_env, work=work,
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
-        rec = RunRecord(ok=False, error=f"verifier could not run the benchmark: {e!r}")
+        from .infra import INFRA_PREFIX, explain, is_infrastructure
+
+        rec = RunRecord(ok=False, error=INFRA_PREFIX + explain(e) if is_infrastructure(e)
+                        else f"verifier could not run the benchmark: {e!r}")
     rec.work_dir = str(work)
     if workdir is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -113,13 +113,22 @@ def test_workflows_pin_the_release_tag_and_parse():
     caller = yaml.safe_load(files[CALLER_PATH])
     job = caller["jobs"]["rsi"]
     assert job["uses"] == f"rsi-bot/rsi-bot/.github/workflows/rsi-job.yml@{ref}"
-    assert job["with"]["rsi_install"] == f"rsi-bot @ git+https://github.com/rsi-bot/rsi-bot@{ref}"
+    # installed from a setting (the repository variable), never a URL that may not exist
+    assert job["with"]["rsi_install"] == "${{ vars.RSI_INSTALL }}"
+    assert "git+https" not in files[CALLER_PATH] + files[CHECK_PATH]
+    pinned = render_files(InitAnswers(command="x", metrics={"a": "higher"}, objective="a",
+                                      install="rsi-bot @ https://example.com/rsi_bot-0.1.0-py3-none-any.whl"))
+    assert yaml.safe_load(pinned[CALLER_PATH])["jobs"]["rsi"]["with"]["rsi_install"].endswith(".whl")
     assert set(caller[True]["workflow_dispatch"]["inputs"]) == {"job", "runner_labels"}
     check = yaml.safe_load(files[CHECK_PATH])
     assert check[True]["pull_request"]["paths"] == [CONFIG_PATH]
     steps = " ".join(s.get("run", "") for s in check["jobs"]["check"]["steps"])
     assert "config check" in steps and "venv" in steps and "--user" not in steps
-    assert files[FORM_PATH] == (ROOT / ".github/ISSUE_TEMPLATE/rsi-proposal.yml").read_text()
+    # the form has the root form's fields, its placeholders from this repo (not tiny-tts's)
+    form, root = yaml.safe_load(files[FORM_PATH]), yaml.safe_load(
+        (ROOT / ".github/ISSUE_TEMPLATE/rsi-proposal.yml").read_text())
+    assert [b.get("id") for b in form["body"]] == [b.get("id") for b in root["body"]]
+    assert "tts" not in files[FORM_PATH] and "vocoder" not in files[FORM_PATH]
     assert "@" not in files[CALLER_PATH].replace(f"@{ref}", "").replace("@ git", "")
 
 
@@ -260,3 +269,39 @@ def test_run_names_the_config_line_of_each_error(tmp_path):
     line = cfg.read_text().splitlines().index("roundz = 1") + 1
     r = rsi("run", "--repo", str(repo), "--quiet")
     assert r.exit_code == 2 and f"{CONFIG_PATH}:{line}: [agent] roundz" in r.output
+
+
+def test_init_asks_how_the_repo_runs_inference_when_it_has_no_benchmark(tmp_path, monkeypatch):
+    """Interactive: no benchmark detected, so init asks serving or in-process and
+    the questions of that kind, then scaffolds it."""
+    import harness.cli
+
+    repo = tmp_path / "gen"
+    (repo / "gen").mkdir(parents=True)
+    (repo / "gen" / "model.py").write_text("def generate(p):\n    return p\n")
+    monkeypatch.setattr(harness.cli, "_interactive", lambda: True)
+    answers = "inprocess\ngen.model:generate\nreplay\n"
+    r = runner.invoke(build_app(), ["init", "--repo", str(repo)], input=answers,
+                      catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "No benchmark found" in r.output and "serving (an HTTP server)" in r.output
+    spec = build_task((repo / CONFIG_PATH).read_text(), None, "t")
+    assert spec.benchmark.settings["entry"] == "gen.model:generate" and spec.agent.kind == "replay"
+    assert (repo / "bench/rsi/bench.py").is_file() and (repo / "bench/rsi/evaluate.py").is_file()
+    form = yaml.safe_load((repo / FORM_PATH).read_text())
+    editable = next(b for b in form["body"] if b.get("id") == "editable")
+    assert editable["attributes"]["placeholder"] == "gen/model.py"
+
+
+def test_a_result_with_outputs_gets_a_quality_guard_on_them(tmp_path):
+    """The config init wrote had no quality guard although the result carried
+    outputs: a faster run that emits less would have passed."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "run.py").write_text(
+        'import os, json\njson.dump({"metrics": {"tokens_per_s": 1}, "outputs": {"texts": ["a"]}},'
+        ' open(os.environ["RSI_RESULT"], "w"))\n')
+    r = rsi("init", "--repo", str(tmp_path), "--yes")
+    assert r.exit_code == 0, r.output
+    spec = build_task((tmp_path / CONFIG_PATH).read_text(), None, "t")
+    assert [(q.kind, q.output) for q in spec.verify.quality] == [("output_length", "texts")]
+    assert spec.agent.kind == "mini-swe-agent"  # an agent that runs without [[knobs]]

@@ -71,7 +71,7 @@ def test_report_has_the_required_parts():
     assert "Accepted" in text or "accepted" in text
     assert "comparing" in text and "cacacacaca" in text and "bkbkbkbkbk" in text
     assert "b0b0b0b0b0" in text
-    assert "| metric | B0 | Bk | candidate |" in text and "95% interval" in text
+    assert "| metric | B0 | Bk | candidate |" in text and "interval (level)" in text
     for name in ("throughput", "latency_p95_s", "peak_rss_mib", "WER"):
         assert name in text
     assert "peak memory +4.0%" in text
@@ -118,24 +118,40 @@ def test_error_verdict_says_infrastructure():
     assert render.check_run_error("runner offline")["conclusion"] == "neutral"
 
 
-class Spec:
-    objective = {"benchmark": "tts", "metric": "throughput", "min_gain": 0.05}
-    guards = [{"metric": "latency_p95_s", "max_ratio": 1.05}]
-    quality = [{"kind": "wer", "output": "transcripts"}]
-
-    class agent:
-        kind = "replay"
-        rounds = 3
-
-    class runner:
-        profile = "cpu"
+SUMMARY_CONFIG = """
+[benchmarks.tts]
+command = "python bench/tts.py"
+[benchmarks.tts.metrics]
+throughput = "higher"
+[benchmarks.tts.samples]
+latency_s = "lower"
+[objective]
+benchmark = "tts"
+metric = "throughput"
+min_gain = 0.05
+[[guards]]
+metric = "latency_p95_s"
+max_ratio = 1.05
+[[quality]]
+kind = "output_length"
+output = "transcripts"
+[agent]
+kind = "replay"
+rounds = 3
+"""
 
 
 def test_status_comment():
-    summary = render.task_summary(Spec())
+    """The summary of a real TaskSpec (objective, guards and quality live under
+    ``spec.verify``): never "? of benchmark ?"."""
+    from harness.spec import build_task
+
+    summary = render.task_summary(build_task(SUMMARY_CONFIG, None, "t1"))
     assert "throughput of benchmark tts, at least +5.0%" in summary
+    assert "?" not in summary
     assert "latency\\_p95\\_s ≤ 1.05x" not in summary  # snake_case stays readable
-    assert "latency_p95_s ≤ 1.05x" in summary and "replay, 3 rounds" in summary
+    assert "- **guard**: latency_p95_s ≤ 1.05x" in summary and "replay, 3 rounds" in summary
+    assert "- **quality**: length(transcripts) within ±2%" in summary
 
     class C:
         n, decision, pr_number, state, hypothesis = 1, "accept", 7, "open", "cache | speaker"

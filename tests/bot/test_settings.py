@@ -107,3 +107,15 @@ def test_service_settings_doc_is_current():
     assert doc.read_text() == settings_table(), "stale: python -m bot.settings > docs/service-settings.md"
     for name in Settings.model_fields:
         assert f"`RSI_{name.upper()}`" in doc.read_text()
+
+
+def test_every_missing_setting_is_listed_at_once():
+    """An empty environment names the webhook secret AND the credentials in one
+    start (the credentials check used to wait until the secret was set)."""
+    with pytest.raises(SettingsError) as exc:
+        load_settings({"RSI_WEB_ENABLED": "true", "RSI_WEB_OAUTH_CLIENT_ID": "x"})
+    text = "\n".join(exc.value.errors)
+    assert "RSI_WEBHOOK_SECRET" in text
+    assert "no GitHub credentials" in text
+    assert "RSI_WEB_OAUTH_CLIENT_SECRET" in text
+    assert len(exc.value.errors) == len(set(exc.value.errors))

@@ -191,3 +191,30 @@ def test_the_ledger_shows_each_candidates_round_and_agent():
                     ("3", "", "")]
     assert "<script" not in page
     assert f"<code>{'b' * 12}</code>" in page  # short shas: 12 digits, as everywhere
+
+
+def test_the_page_gives_the_objective_one_estimate():
+    """The candidates table and the report say the same change for a
+    lower-is-better objective (the table used to show the gain, +11.1%, beside
+    the report's -10.0%), and never the descriptive estimate (-12.0%)."""
+    from bot.store import Store
+    from bot.web import render_page
+    from verifier.verdict import Interval, MetricComparison, ObjectiveResult, Verdict
+
+    obj = ObjectiveResult(benchmark="b", metric="latency_s", direction="lower", ratio=0.9,
+                          ratio_ci=Interval(low=0.85, high=0.95, level=0.98), gain=1 / 0.9 - 1,
+                          gain_ci=Interval(low=1 / 0.95 - 1, high=1 / 0.85 - 1, level=0.98),
+                          min_gain=0.05)
+    row = MetricComparison(name="latency_s", direction="lower", unit="s", bk=0.2, candidate=0.18,
+                           ratio_vs_bk=0.88, ratio_vs_bk_ci=Interval(low=0.87, high=0.89))
+    v = Verdict(decision="accept", reason="faster", objective=obj, metrics=(row,),
+                shas={"bk": "a" * 40, "candidate": "b" * 40})
+    store = Store("sqlite://")
+    t = store.start_task("o/r", 3, labeler="alice", installation_id=None)
+    store.upsert_candidate(t.id, 1, decision="accept", sha="b" * 40, state="open",
+                           verdict=v.model_dump(mode="json", by_alias=True))
+    page = render_page(store, t.id)
+    cell = re.search(r'<tr class="candidate" data-n="1">.*?</tr>', page).group(0)
+    assert "-10.0% better" in cell and "+11.1%" not in cell
+    assert "latency_s -10.0% better vs Bk" in page and "-12.0%" not in page
+    # (the chart plots gains in the better direction, on an axis that says so)

@@ -187,3 +187,34 @@ def test_files_a_benchmark_names_must_exist_in_the_working_tree(tmp_path):
     (repo / "bench").mkdir()
     (repo / "bench" / "run.py").write_text("")
     assert check_config(repo) == []
+
+
+def test_unknown_tables_and_keys_are_caught_with_did_you_mean(tmp_path):
+    """The JSON Schema forbids them; the check used to say ok to a misspelt table."""
+    typo = GOOD + "\n[verifer]\nmax_pairs = 3\n\n[agent]\nknd = \"replay\"\n"
+    typo = typo.replace("max_ratio = 1.05", "max_ratoi = 1.05")
+    repo = _repo(tmp_path, typo)
+    problems = check_config(repo)
+    lines = typo.splitlines()
+    by_key = {p.message.split(":")[0]: p for p in problems}
+    assert "did you mean 'verifier'?" in by_key["verifer"].message
+    assert lines[by_key["verifer"].line - 1] == "[verifer]"
+    assert "did you mean 'kind'?" in by_key["agent.knd"].message
+    assert lines[by_key["agent.knd"].line - 1].startswith("knd =")
+    assert "did you mean 'max_ratio'?" in by_key["guards[0].max_ratoi"].message
+    assert len(problems) == 3, [str(p) for p in problems]  # one message per key
+    # jsonschema agrees with each of them
+    errors = list(jsonschema.Draft202012Validator(config_schema()).iter_errors(tomllib.loads(typo)))
+    assert len(errors) == 3
+
+
+def test_objective_errors_come_in_one_pass():
+    from harness.spec import SpecError, build_task
+
+    bad = GOOD.replace('benchmark = "main"', 'benchmark = "mian"').replace(
+        'metric = "throughput"\nmin', 'metric = "throughput_"\nmin')
+    with pytest.raises(SpecError) as exc:
+        build_task(bad, None, "t")
+    text = "\n".join(exc.value.errors)
+    assert "unknown benchmark 'mian'" in text and "did you mean 'main'?" in text
+    assert "unknown metric 'throughput_'" in text and "did you mean 'throughput'?" in text

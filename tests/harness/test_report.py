@@ -120,8 +120,8 @@ def make_ledger(n=5):
 def test_headline_says_decision_gain_and_b0():
     h = headline(make_verdict())
     assert h.startswith("✅ **Accepted**")
-    assert "throughput +25.0% vs Bk" in h
-    assert "95% interval +20.0% to +30.0%" in h
+    assert "throughput +25.0% better vs Bk" in h
+    assert "95% repeated interval +20.0% to +30.0%" in h
     assert "+90.0% vs B0 (1.90x)" in h
 
 
@@ -160,13 +160,13 @@ def test_comparing_line_names_the_accelerator():
 def test_table_has_the_columns_and_rows():
     table = render_summary_table(make_verdict())
     lines = table.splitlines()
-    assert lines[0] == "| metric | B0 | Bk | candidate | change vs Bk | 95% interval | verdict |"
+    assert lines[0] == "| metric | B0 | Bk | candidate | change vs Bk | interval (level) | verdict |"
     body = "\n".join(lines[2:])
     assert lines[2].startswith("| **throughput** (objective, higher is better) | 5.263 | 8 | 10 | +25.0% better |")
     for name in ("latency_p95_s", "peak_rss_mib", "startup_s", "failed requests", "WER(transcripts)",
                  "length(audio_samples) within ±1%"):
         assert f"| {name} |" in body, name
-    assert "| 350 ms | 120 ms | 96 ms | -20.0% better |" in body
+    assert "| 350 ms | 120 ms | 96 ms | -20.0% better | -22.4% to -17.6% (95%) |" in body
     assert "✅ pass (≤ 1.05x)" in body
     assert "✅ clear gain, p=0.0039" in lines[2]
 
@@ -194,6 +194,73 @@ def test_unclear_guard_names_the_reference():
     v = make_verdict("review").model_copy(update={"guards": tuple(guards)})
     row = next(r for r in summary_rows(v) if r.metric == "latency_p95_s")
     assert row.status == "unclear" and row.verdict == "❔ unclear (<= 1.05x) vs Bk"
+
+
+# ------------------------------------------- units, levels, one estimate, words
+
+
+def test_a_rate_is_never_shown_in_seconds():
+    """``tokens_per_s`` ends in ``_s``: the old report guessed seconds from the
+    name. A verdict's metric shows the unit it declares, or none."""
+    m = _metric("tokens_per_s", "higher", 200.0, 208.9, 230.0)
+    v = make_verdict().model_copy(update={"metrics": (*make_verdict().metrics, m)})
+    row = next(r for r in summary_rows(v) if r.metric == "tokens_per_s")
+    assert row.bk == "208.9" and " s" not in row.candidate
+    declared = m.model_copy(update={"unit": "token/s"})
+    v = v.model_copy(update={"metrics": (*make_verdict().metrics, declared)})
+    row = next(r for r in summary_rows(v) if r.metric == "tokens_per_s")
+    assert row.bk == "208.9 token/s"
+
+
+def _sequential(decision="accept", *, direction="higher", low=1.04, high=1.16, ratio=1.10,
+                guards=(), metric_ratio=1.13):
+    """A verdict whose objective carries the judge's 98% repeated interval while
+    its metric row carries the descriptive 95% bootstrap one (as ``judge`` writes them)."""
+    sign = 1 if direction == "higher" else -1
+    gain = ratio ** sign - 1
+    glo, ghi = sorted((low ** sign - 1, high ** sign - 1))
+    obj = ObjectiveResult(benchmark="b", metric="m", direction=direction, ratio=ratio,
+                          ratio_ci=Interval(low=low, high=high, level=0.98), gain=gain,
+                          gain_ci=Interval(low=glo, high=ghi, level=0.98), p_value=0.004,
+                          min_gain=0.05, noise_margin=0.0)
+    row = MetricComparison(name="m", direction=direction, unit="1/s", b0=10.0, bk=10.0,
+                           candidate=10.0 * metric_ratio, ratio_vs_bk=metric_ratio,
+                           ratio_vs_bk_ci=Interval(low=metric_ratio - 0.01, high=metric_ratio + 0.01))
+    return Verdict(decision=decision, reason="r", benchmark="b", objective=obj, metrics=(row,),
+                   guards=tuple(guards), shas=SHAS)
+
+
+def test_intervals_are_labelled_with_their_real_level():
+    v = _sequential()
+    assert "98% repeated interval +4.0% to +16.0%" in headline(v)
+    assert "95%" not in headline(v)
+    assert summary_rows(v)[0].interval == "+4.0% to +16.0% (98% repeated)"
+
+
+def test_headline_table_and_tradeoffs_give_one_estimate_per_metric():
+    """The metric row's descriptive ratio (1.13) never shows beside the objective's (1.10)."""
+    v = _sequential(direction="lower", ratio=0.90, low=0.85, high=0.95, metric_ratio=0.87)
+    v = v.model_copy(update={"metrics": (v.metrics[0].model_copy(update={"name": "m"}),)})
+    md = render_markdown_report(v, ledger=[])
+    row = summary_rows(v)[0]
+    assert row.change == "-10.0% better" and "-10.0% better vs Bk" in headline(v)
+    assert "-13.0%" not in md and "+11.1%" not in md
+
+
+def test_decision_words_never_contradict():
+    # rejected by the judge's futility bound while the 98% interval still reaches min_gain
+    reject = _sequential("reject", ratio=1.01, low=0.96, high=1.06)
+    assert headline(reject).startswith("❌ **Rejected**")
+    assert summary_rows(reject)[0].verdict.startswith("❌ no gain worth keeping")
+    assert "unclear" not in render_markdown_report(reject, ledger=[])
+    # rejected on a guard: the objective is not "unclear" either
+    bad = GuardResult(name="m2 <= 1.05x", kind="ratio", metric="m2", bound="<= 1.05x", value=1.2,
+                      status="fail")
+    on_guard = _sequential("reject", ratio=1.01, low=0.96, high=1.06, guards=(bad,))
+    assert summary_rows(on_guard)[0].verdict.startswith("➖ not decided: a guard rejected")
+    inconclusive = _sequential("inconclusive", ratio=1.01, low=0.96, high=1.06)
+    assert summary_rows(inconclusive)[0].verdict.startswith("❔ unclear at the cap of pairs")
+    assert summary_rows(_sequential("review"))[0].verdict.startswith("✅ clear gain")
 
 
 # ------------------------------------------------------------ history/chart

@@ -142,7 +142,7 @@ def test_verify_dirs_with_b0_as_a_subprocess(tmp_path):
         text=True,
         timeout=120,
     )
-    assert p.returncode == 2, p.stderr
+    assert p.returncode == 3, p.stderr  # the candidate crashed: not a tool failure (2)
     v = Verdict.from_json(out.read_text())
     assert v.decision == "error" and v.error.stage == "candidate" and v.shas == {"bk": "abc"}
     res = runner.invoke(
@@ -155,3 +155,15 @@ def test_commands_are_mountable():
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     assert {"verify", "calibrate", "verify-dirs", "calibrate-dir"} <= names
     assert CONFIG  # the shared config parses in every test above
+
+
+def test_exit_codes_tell_a_candidates_failure_from_a_tool_failure():
+    from verifier.cli import EXIT_CANDIDATE, EXIT_INFRA, exit_code
+    from verifier.verdict import RunError
+
+    crashed = Verdict(decision="error", reason="r", error=RunError(stage="candidate", message="x"))
+    infra = Verdict(decision="error", reason="r",
+                    error=RunError(stage="infrastructure", message="start Docker"))
+    baseline = Verdict(decision="error", reason="r", error=RunError(stage="baseline", message="x"))
+    assert exit_code(crashed) == EXIT_CANDIDATE == 3
+    assert exit_code(infra) == exit_code(baseline) == EXIT_INFRA == 2

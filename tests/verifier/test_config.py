@@ -196,3 +196,34 @@ def test_from_dict_and_embeddable_in_other_models():
     assert VerifyConfig.from_dict(cfg.model_dump()) == cfg
     with pytest.raises(ConfigError):
         VerifyConfig.from_dict([])  # type: ignore[arg-type]
+
+
+UNITS = """
+[benchmarks.gen]
+command = "python bench.py"
+[benchmarks.gen.metrics]
+tokens_per_s = "higher"
+[benchmarks.gen.samples]
+latency_s = "lower"
+[benchmarks.gen.units]
+%s
+[objective]
+benchmark = "gen"
+metric = "tokens_per_s"
+"""
+
+
+def test_units_are_declared_parsed_and_inherited_by_percentiles():
+    bench = VerifyConfig.from_toml(UNITS % 'tokens_per_s = "tokens / second"\nlatency_s = "s"').benchmark()
+    assert bench.unit_of("tokens_per_s") == "token/s"
+    assert bench.unit_of("latency_p95_s") == "s" and bench.unit_of("wall_s") == "s"
+    assert VerifyConfig.from_toml(UNITS % "").benchmark().unit_of("tokens_per_s") == ""
+
+
+def test_every_unit_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as exc:
+        VerifyConfig.from_toml(UNITS % 'tokens_per_s = "sekonds"\nlatency_s = "bogons"\nttfa = "s"')
+    errors = exc.value.errors
+    assert any("units.tokens_per_s: unit 'sekonds' is not a unit" in e for e in errors)
+    assert any("units.latency_s: unit 'bogons'" in e for e in errors)
+    assert any("'ttfa' is not a declared metric or sample series" in e for e in errors)

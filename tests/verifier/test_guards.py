@@ -355,3 +355,21 @@ def test_evaluate_file_guards_skip_without_reference_files(tmp_path):
     assert (
         evaluate(q, {}, snapshot({}, [q], [ref_dir]), "bk").detail == "candidate: no candidate run"
     )
+
+
+UNITS_CFG = CFG.replace(
+    "[benchmarks.tts.samples]",
+    '[benchmarks.tts.units]\nthroughput = "requests/s"\nlatency_s = "s"\n[benchmarks.tts.samples]',
+)
+
+
+def test_metric_rows_carry_the_declared_unit_never_one_guessed_from_the_name():
+    """A name says nothing about a unit (``tokens_per_s`` ends in ``_s`` and is a
+    rate): the config's units table and the verifier's own say it all."""
+    s, cfg = _session({"bk": {}, "candidate": {}}, cfg=UNITS_CFG)
+    with s:
+        rows = {m.name: m.unit for m in Evaluator(cfg, "tts", dict(s.arms)).metrics(s)}
+    assert rows["throughput"] == "request/s"  # declared (old code: from the name's ending, "")
+    assert rows["latency_p95_s"] == "s"  # the series' declared unit
+    assert rows["latency_s_mean"] == ""  # not declared: no unit rather than a guess
+    assert rows["wall_s"] == "s" and rows["peak_rss_mib"] == "MiB"  # the verifier's own

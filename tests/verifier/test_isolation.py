@@ -664,3 +664,35 @@ def test_device_requests_from_json_in_either_spelling(tmp_path):
         (got,) = kw["device_requests"]
         assert isinstance(got, DeviceRequest) and got.count == -1
         assert got.capabilities == [["gpu"]]
+
+
+def test_docker_errors_are_one_sentence_with_the_fix_never_the_baselines():
+    """A missing image or a stopped daemon is the machine's failure: its run error
+    says what to do, and the verdict's stage is infrastructure, not baseline."""
+    import docker.errors
+    import requests.exceptions
+
+    from verifier.config import VerifyConfig
+    from verifier.infra import explain
+    from verifier.isolation import run_job
+    from verifier.measure import Session
+    from verifier.runner import RunRecord
+
+    assert "make docker-image" in explain(docker.errors.ImageNotFound("rsi-bot/base:nope"))
+    assert "start Docker" in explain(docker.errors.DockerException("Error while fetching server API version"))
+    assert "start Docker" in explain(requests.exceptions.ConnectionError("refused"))
+    assert "docker group" in explain(docker.errors.APIError("permission denied while trying"))
+
+    class NoImage:
+        def start(self, job):
+            raise docker.errors.ImageNotFound("No such image: rsi-bot/base:nope")
+
+    cr = run_job(NoImage(), None)
+    assert cr.error.startswith("infrastructure: a Docker image is missing")
+    cfg = VerifyConfig.from_toml(
+        '[benchmarks.b]\ncommand = "x"\n[benchmarks.b.metrics]\nm = "higher"\n'
+        '[objective]\nbenchmark = "b"\nmetric = "m"\n')
+    s = Session(cfg.benchmark(), {"bk": "/nonexistent"}, seed=0)
+    err = s._fail("bk", RunRecord(ok=False, error=f"the benchmark: {cr.error}"), "the baseline")
+    assert err.stage == "infrastructure" and "baseline" not in err.message
+    assert err.message.startswith("a Docker image is missing") and "make docker-image" in err.message

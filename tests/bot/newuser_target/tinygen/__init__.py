@@ -1,0 +1,1 @@
+"""tinygen: a toy streaming text generator."""
