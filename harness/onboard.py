@@ -404,11 +404,24 @@ _NOT_SOURCE = re.compile(r"(^|/)(tests?|bench(mark)?s?|docs?|examples?|\.\w+|bui
                          r"node_modules|venv|site-packages)/|(^|/)(setup|conftest)\.py$|(^|/)test_")
 
 
-def source_examples(repo: Path, limit: int = 2) -> list[str]:
+def source_examples(repo: Path, limit: int = 2, *, ref: str | None = None) -> list[str]:
     """This repo's largest source files outside tests, benchmarks and docs (the
-    likely hot paths), for the issue form's placeholders."""
+    likely hot paths), for the issue form's placeholders. With ``ref`` (the
+    bot's onboarding) the git tree at ``ref`` is listed, never the checkout."""
     repo = Path(repo)
     found = []
+    if ref is not None:
+        from harness.gitutil import git
+
+        for entry in git(repo, "ls-tree", "-r", "-l", "-z", "--full-tree", ref).split("\0"):
+            if "\t" not in entry:
+                continue
+            meta, rel = entry.split("\t", 1)
+            mode, kind, _sha, size = meta.split()
+            if (kind == "blob" and mode in ("100644", "100755") and size.isdigit()
+                    and Path(rel).suffix in _SOURCE_SUFFIXES and not _NOT_SOURCE.search(rel)):
+                found.append((int(size), rel))
+        return [rel for _, rel in sorted(found, key=lambda x: (-x[0], x[1]))[:limit]]
     for p in repo.rglob("*"):
         if len(found) > 2000:
             break

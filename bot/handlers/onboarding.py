@@ -34,6 +34,7 @@ from harness.onboard import (
     InitError,
     detect,
     render_files,
+    source_examples,
     write_files,
 )
 from harness.spec import CONFIG_PATH
@@ -102,10 +103,13 @@ def onboard(ctx: Context, repo: str) -> str:
     return f"{repo}: opened #{pr.number}"
 
 
-def _answers(found: Detected) -> InitAnswers:
+def _answers(found: Detected, examples: list[str]) -> InitAnswers:
+    """What ``rsi init --yes`` would answer on the same tree (the onboarding PR
+    carries exactly the files the CLI writes)."""
     metrics = found.metrics or {"throughput": "higher"}
     return InitAnswers(command=found.command or PLACEHOLDER_COMMAND, metrics=metrics,
-                       objective=next(iter(metrics)), samples=found.samples)
+                       objective=next(iter(metrics)), samples=found.samples,
+                       outputs=list(found.outputs), client=found.client, examples=examples)
 
 
 def _push_branch(ctx: Context, repo: str, base: str) -> Detected:
@@ -117,7 +121,8 @@ def _push_branch(ctx: Context, repo: str, base: str) -> Detected:
             env=env)
         found = detect(clone, ref="HEAD")  # the git tree: no link in it is followed
         git(clone, "checkout", "--quiet", "-B", BRANCH)
-        write_files(clone, render_files(_answers(found)), force=True)
+        write_files(clone, render_files(_answers(found, source_examples(clone, ref="HEAD"))),
+                    force=True)
         git(clone, "add", "--", *FILES)
         git(clone, "commit", "--quiet", "--no-verify", "-m", "Set up rsi-bot (rsi init)")
         git(clone, "push", "--quiet", "--force", "origin", f"HEAD:refs/heads/{BRANCH}", env=env)
