@@ -15,6 +15,7 @@ from tests.bot.fakeharness import FakeHarness, target_tree
 BOT = "rsi-bot[bot]"
 CALLER = """\
 name: rsi-job
+run-name: rsi-job ${{ fromJSON(inputs.job).nonce }}
 on:
   workflow_dispatch:
     inputs:

@@ -26,7 +26,7 @@ import threading
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -1432,14 +1432,34 @@ class FakeGitHub:
                 raise ApiError(422, f"Invalid value for input '{k}'")
         branch = ref.removeprefix("refs/heads/")
         actor = ctx.ident.user if isinstance(ctx.ident, Token) else self._user("ghost")
+        text = git.read_blob(r.bare, f"{sha}:.github/workflows/{file}").decode(errors="replace")
         w = WorkflowRun(self._id(), wid, file, ref, dict(inputs), branch, sha, actor,
-                        run_number=len(r.runs) + 1, display_title=file.rsplit(".", 1)[0])
+                        run_number=len(r.runs) + 1,
+                        display_title=_run_name(text, inputs) or file.rsplit(".", 1)[0])
         r.runs[w.id] = w
         if d.get("return_run_details"):
             return 200, {"workflow_run_id": w.id,
                          "run_url": f"{self.url}/repos/{r.full_name}/actions/runs/{w.id}",
                          "html_url": f"{self.url}/{r.full_name}/actions/runs/{w.id}"}, {}
         return 204, None, {}
+
+    @route("GET", "/repos/{owner}/{repo}/actions/workflows/{file}/runs")
+    def list_workflow_runs(self, ctx: Ctx):
+        """Newest first; ``event``, ``status``, ``branch`` and ``created`` (``>=DATE``) filters."""
+        r = self._repo_for(ctx)
+        wid, _file = self._workflow(r, ctx["file"])
+        q = ctx.query
+        since = None
+        if q.get("created", "").startswith(">="):
+            since = datetime.fromisoformat(q["created"][2:].replace("Z", "+00:00"))
+        runs = [w for w in sorted(r.runs.values(), key=lambda w: w.id, reverse=True)
+                if w.workflow_id == wid
+                and q.get("event", "workflow_dispatch") == "workflow_dispatch"
+                and q.get("status", w.status) in (w.status, w.conclusion)
+                and q.get("branch", w.head_branch) == w.head_branch
+                and (since is None or w.created_at >= since)]
+        return self._page(ctx, [shapes.workflow_run(self.url, r, w) for w in runs],
+                          "workflow_runs")
 
     @route("GET", "/repos/{owner}/{repo}/actions/runs/{id}")
     def get_workflow_run(self, ctx: Ctx):
@@ -1542,6 +1562,30 @@ def _test_key() -> Any:
 
             _KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         return _KEY
+
+
+_RUN_NAME = re.compile(r"^run-name:\s*(.+?)\s*$", re.M)
+_EXPR = re.compile(r"\$\{\{\s*(?:inputs\.(\w+)|fromJSON\(inputs\.(\w+)\)\.(\w+))\s*\}\}")
+
+
+def _run_name(workflow: str, inputs: Mapping[str, Any]) -> str | None:
+    """A workflow's ``run-name`` with ``${{ inputs.X }}`` and ``${{ fromJSON(inputs.X).Y }}``
+    evaluated (the subset of GitHub's expressions the bot's workflow uses)."""
+    m = _RUN_NAME.search(workflow)
+    if not m:
+        return None
+    text = m[1].strip().strip("'\"")
+
+    def value(e: re.Match) -> str:
+        if e[1]:
+            return str(inputs.get(e[1], ""))
+        try:
+            doc = json.loads(str(inputs.get(e[2], "")))
+        except ValueError:
+            return ""
+        return str(doc.get(e[3], "")) if isinstance(doc, dict) else ""
+
+    return _EXPR.sub(value, text)
 
 
 _GIT_PATH = re.compile(r"^/(?P<owner>[^/]+)/(?P<name>[^/]+)\.git/(?P<rest>.*)$")
