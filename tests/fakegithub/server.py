@@ -40,6 +40,7 @@ from .state import (
     CheckRun,
     Comment,
     Failure,
+    HookDelivery,
     Installation,
     Issue,
     PullState,
@@ -146,6 +147,10 @@ class FakeGitHub:
         self.manifest_codes: dict[str, tuple[dict[str, Any], str]] = {}
         self.manifest_apps: dict[int, dict[str, Any]] = {}
         self._ids = itertools.count(1001)
+        self.hook_url: str | None = None  # the App's webhook URL (set_webhook)
+        self.hook_secret: str = ""
+        self.hook_deliveries: list[HookDelivery] = []  # every attempt, oldest first
+        self._senders: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -500,6 +505,58 @@ class FakeGitHub:
                        "workflow": shapes.workflow(self.url, r, w.workflow_id, w.workflow_file),
                        "workflow_run": shapes.workflow_run(self.url, r, w)}
             return self._event("workflow_run", r, w.actor.login, payload)
+
+    # ------------------------------------------------------------ test helpers: webhooks
+
+    def set_webhook(self, url: str | None, secret: str = "") -> None:
+        """The App's webhook URL and secret: :meth:`send` delivers there."""
+        self.hook_url, self.hook_secret = url, secret
+
+    def send(self, wev: WebhookEvent, *, guid: str | None = None,
+             timeout: float = 10.0) -> HookDelivery:
+        """Deliver ``wev`` to the App's webhook as GitHub does (signed, ``X-GitHub-Delivery``),
+        and record the attempt with the answer's status (0: no answer within ``timeout``)."""
+        import uuid
+
+        body = wev.body()
+        return self._deliver(guid or str(uuid.uuid4()), wev.event, wev.action, body,
+                             redelivery=False, installation_id=(
+                                 wev.payload.get("installation") or {}).get("id"),
+                             timeout=timeout)
+
+    def _deliver(self, guid: str, event: str, action: str | None, body: bytes, *,
+                 redelivery: bool, installation_id: int | None,
+                 timeout: float = 10.0) -> HookDelivery:
+        import hashlib
+        import hmac
+        import urllib.error
+        import urllib.request
+
+        if not self.hook_url:
+            raise RuntimeError("no webhook URL: call set_webhook(url, secret) first")
+        sig = "sha256=" + hmac.new(self.hook_secret.encode(), body, hashlib.sha256).hexdigest()
+        req = urllib.request.Request(self.hook_url, data=body, method="POST", headers={
+            "X-GitHub-Event": event, "X-GitHub-Delivery": guid, "X-Hub-Signature-256": sig,
+            "Content-Type": "application/json", "User-Agent": "GitHub-Hookshot/fake"})
+        started = now()
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                code = resp.status
+        except urllib.error.HTTPError as e:
+            code = e.code
+        except (OSError, ValueError):
+            code = 0  # refused, reset, or timed out: GitHub shows "failed to connect"
+        d = HookDelivery(self._id(), guid, started, code, event, action, redelivery,
+                         installation_id, body,
+                         (now() - started).total_seconds())
+        with self.lock:
+            self.hook_deliveries.append(d)
+        return d
+
+    def wait_redeliveries(self, timeout: float = 30.0) -> None:
+        """Wait until the redeliveries asked for so far were sent."""
+        for t in list(self._senders):
+            t.join(timeout)
 
     # ------------------------------------------------------------ test helpers: OAuth
 
@@ -876,6 +933,53 @@ class FakeGitHub:
     @route("GET", "/app")
     def get_app(self, ctx: Ctx):
         return 200, shapes.app(self.url, self._need_app(ctx)), {}
+
+    @route("GET", "/app/hook/deliveries")
+    def list_hook_deliveries(self, ctx: Ctx):
+        """Newest first; ``per_page`` (max 100) and ``cursor`` (from the ``Link`` header),
+        ``status=success|failure``; a JSON array, as GitHub answers."""
+        self._need_app(ctx)
+        try:
+            per_page = max(1, min(100, int(ctx.query.get("per_page", 30))))
+            cursor = int(ctx.query["cursor"]) if "cursor" in ctx.query else None
+        except ValueError:
+            raise ApiError(422, "Invalid pagination") from None
+        with self.lock:
+            items = [d for d in reversed(self.hook_deliveries)
+                     if cursor is None or d.id < cursor]
+        want = ctx.query.get("status")
+        if want in ("success", "failure"):
+            items = [d for d in items if (200 <= d.status_code < 300) == (want == "success")]
+        chunk = items[:per_page]
+        headers = {}
+        if len(items) > per_page:
+            q = dict(ctx.query, per_page=str(per_page), cursor=str(chunk[-1].id))
+            qs = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in q.items())
+            headers["Link"] = f'<{self.url}{ctx.path}?{qs}>; rel="next"'
+        return 200, [shapes.hook_delivery(d) for d in chunk], headers
+
+    @route("GET", "/app/hook/deliveries/{id}")
+    def get_hook_delivery(self, ctx: Ctx):
+        self._need_app(ctx)
+        d = next((d for d in self.hook_deliveries if d.id == int(ctx["id"])), None)
+        if d is None:
+            raise not_found()
+        return 200, shapes.hook_delivery(d, full=True), {}
+
+    @route("POST", "/app/hook/deliveries/{id}/attempts")
+    def redeliver_hook(self, ctx: Ctx):
+        """202, then the same body is delivered again under the same guid (in the
+        background, as on GitHub: the answer does not wait for the delivery)."""
+        self._need_app(ctx)
+        d = next((d for d in self.hook_deliveries if d.id == int(ctx["id"])), None)
+        if d is None:
+            raise not_found()
+        t = threading.Thread(target=self._deliver, args=(d.guid, d.event, d.action, d.body),
+                             kwargs={"redelivery": True, "installation_id": d.installation_id},
+                             daemon=True, name=f"redeliver-{d.id}")
+        self._senders.append(t)
+        t.start()
+        return 202, {}, {}
 
     @route("GET", "/app/installations")
     def list_installations(self, ctx: Ctx):
