@@ -57,7 +57,8 @@ def queue_job(ctx: Context, task: Task, kind: str, payload: dict[str, Any], *, k
     Returns the job id, or None when a job with this key was already queued."""
     job_id = ctx.store.enqueue(kind, payload, lane=task_lane(task.id), key=key)
     if job_id is not None:
-        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(kind))
+        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(kind),
+                   fresh=True)
     return job_id
 
 
@@ -67,7 +68,10 @@ def _what(kind: str) -> str:
 
 
 def open_check(ctx: Context, task: Task, *, job_id: int | None, head_sha: str | None,
-               n: int | None = None, what: str = "verification") -> LiveCheck | None:
+               n: int | None = None, what: str = "verification",
+               fresh: bool = False) -> LiveCheck | None:
+    """Open the job's check ``queued`` (``fresh``: the job was just queued, so no
+    earlier run of it can have opened one)."""
     sha = head_sha or base_sha(ctx, task)
     if not sha:
         return None
@@ -76,7 +80,8 @@ def open_check(ctx: Context, task: Task, *, job_id: int | None, head_sha: str | 
     try:
         # a run killed after GitHub created the check and before it was recorded left
         # one behind: continue that check (found by its external id), never open a second
-        info = find_check(ctx, task.repo, sha, ext) if job_id is not None else None
+        info = find_check(ctx, task.repo, sha, ext) if job_id is not None and not fresh \
+            else None
         if info is None:
             info = ctx.gh.create_check_run(task.repo, head_sha=sha, status="queued",
                                            details_url=url, external_id=ext,
