@@ -295,7 +295,7 @@ def test_web_workers_die_with_their_master(fake_github, github_app_env, tmp_path
         b.start()
         assert httpx.get(b.url + "/healthz", timeout=5).status_code == 200
         report({"scenario": "rsi serve --processes 2, master SIGKILLed alone", "kills": 1,
-                "web_workers": len(children), "orphans": 0, "workers_gone_s": round(gone, 2),
+                "children": len(children), "orphans": 0, "workers_gone_s": round(gone, 2),
                 "restart_to_healthy_s": round(time.time() - killed, 2)})
     finally:
         b.stop()
