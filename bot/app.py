@@ -1,4 +1,5 @@
-"""The web process: ``POST /webhook``, ``GET /healthz``, ``GET /metrics``.
+"""The web process: ``POST /webhook``, ``GET /healthz``, ``GET /metrics`` (with a
+token, ``RSI_METRICS_TOKEN``, or from this machine only: :func:`metrics_allowed`).
 
 The route only hands raw bytes to :func:`bot.webhook.parse` (sans I/O), claims
 the delivery in the store (one transaction: delivery row + event job) and
@@ -15,7 +16,7 @@ import queue
 import threading
 from typing import Any, Callable
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -138,6 +139,24 @@ class _AsgiApp:
         await self.fn(scope, receive, send)
 
 
+_PROXIED = ("forwarded", "x-forwarded-for", "x-real-ip", "x-forwarded-host")
+
+
+def metrics_allowed(tokens: list[str], request: Request) -> bool:
+    """``/metrics``: with tokens, a request carrying one (``Authorization: Bearer``,
+    constant-time); without, only a loopback client that no proxy forwarded (a
+    reverse proxy on this machine would look local: set a token behind one)."""
+    if tokens:
+        from bot.web import authorized
+
+        auth = request.headers.get("authorization", "")
+        bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        return authorized(tokens, bearer=bearer, cookie=None, query=None)
+    host = request.client.host if request.client else ""
+    local = host in ("127.0.0.1", "::1") or host.startswith("127.")
+    return local and not any(h in request.headers for h in _PROXIED)
+
+
 def create_app(settings: Settings, *, store: Store | None = None,
                start_workers: Callable[[], Any] | None = None) -> FastAPI:
     """Build the web app.
@@ -145,8 +164,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     ``start_workers``: called at startup, returning an object with ``stop()``
     (e.g. a :class:`bot.worker.WorkerPool`); None runs no workers here.
     """
-    store = store or Store(settings.database_url, max_attempts=settings.max_attempts,
-                           replay_window_s=settings.replay_window_s)
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
     registry = CollectorRegistry(auto_describe=True)
     deliveries = Counter("rsi_webhook_deliveries", "Webhook deliveries by outcome",
                          ["event", "outcome"], registry=registry)
@@ -264,7 +282,11 @@ def create_app(settings: Settings, *, store: Store | None = None,
         return JSONResponse({"ok": True})
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if not metrics_allowed(settings.metrics_token, request):
+            return JSONResponse({"error": "/metrics needs Authorization: Bearer <RSI_METRICS_TOKEN>"
+                                 " (without a token it answers only this machine)"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
         data = await run_in_threadpool(generate_latest, registry)
         ops = await run_in_threadpool(generate_latest, obs.REGISTRY)  # job durations
         return Response(data + ops, media_type=CONTENT_TYPE_LATEST)

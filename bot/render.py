@@ -233,26 +233,39 @@ def task_summary(spec: Any) -> str:
     return "\n".join(lines)
 
 
+MAX_ERRORS_SHOWN = 50
+"""Problems of a proposal the status comment lists; the rest are counted."""
+
+
 def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
                    candidates: Iterable[Any] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
                    note: str = "", edit: tuple[str, str] | None = None,
-                   label: str = "rsi", usage: dict[str, Any] | None = None) -> str:
+                   label: str = "rsi", usage: dict[str, Any] | None = None,
+                   edit_link: str = "", proposal: str | None = None) -> str:
     """The issue's sticky status comment. ``note`` is the bot's own text (callers
     pass untrusted parts through ``inert``); ``errors`` are escaped here;
-    ``edit``: (approved body, edited body) of an edit not approved yet."""
+    ``edit``: (approved body, edited body) of an edit not approved yet, with
+    ``edit_link`` where its full diff is (the task page), if anywhere;
+    ``proposal``: the text that runs (its digest is shown)."""
     lines = [f"## rsi: {TASK_STATE_WORDS.get(inert(state), inert(state))}", ""]
     if note:
         lines += [note, ""]
     if edit is not None:
-        lines += edit_notice(edit[0], edit[1], label=label)
+        lines += edit_notice(edit[0], edit[1], label=label, full_diff=edit_link)
     if errors:
         lines += ["The proposal cannot run yet. Fix these and add the label again:", ""]
-        lines += [f"- {inert(e, one_line=True, max_len=1000)}" for e in errors]
+        lines += [f"- {inert(e, one_line=True, max_len=1000)}" for e in errors[:MAX_ERRORS_SHOWN]]
+        if len(errors) > MAX_ERRORS_SHOWN:  # said, never cut silently by the size limit
+            lines.append(f"- **{len(errors) - MAX_ERRORS_SHOWN:,} more problem(s) not shown "
+                         "here**; `rsi spec check` on the proposal lists them all")
         lines += ["", "The issue form (`.github/ISSUE_TEMPLATE/rsi-proposal.yml`) lists every "
                   "section; `rsi spec check` validates a proposal locally.", ""]
     if summary:
         lines += ["**Task**", "", summary, ""]
+    if proposal is not None:
+        lines += [f"Proposal digest `{proposal_digest(proposal)}` (the issue body a writer "
+                  "approved; this task runs exactly it)", ""]
     if b0 or bk:
         lines += [f"B0 `{short_sha(b0)}` · Bk `{short_sha(bk)}`", ""]
     if budget is not None or rounds_done:
@@ -301,7 +314,9 @@ def help_text(label: str = "rsi") -> str:
         "maintain or admin access):", "",
         f"- add the `{label}` label to a proposal issue: start a task (a newer label supersedes)",
         "- `/rsi rerun`: on a bot PR, re-verify its head against the current Bk; on the issue, "
-        "every open candidate",
+        "every open candidate, or, when the issue was edited after the label, run the edit as "
+        "it read when you commented (`/rsi rerun <digest>`: exactly the text with the digest "
+        "the status comment shows)",
         "- `/rsi status`: refresh the status comment",
         "- `/rsi stop` / `/rsi resume`: pause and continue the rounds",
         "- `/rsi budget N`: set the number of rounds to N",
@@ -311,19 +326,69 @@ def help_text(label: str = "rsi") -> str:
     ])
 
 
-def edit_notice(approved: str, edited: str, *, label: str = "rsi", max_lines: int = 60
-                ) -> list[str]:
-    """Lines saying the issue was edited after the label, with the difference."""
+DIGEST_CHARS = 32
+"""Hex characters of a proposal's digest shown and required (128 bits: no two
+texts an author could craft share one)."""
+EDIT_DIFF_LINES = 150
+EDIT_DIFF_CHARS = 12_000
+"""How much of a held edit's diff the status comment shows; the rest is
+counted and linked, never silently cut."""
+
+
+def proposal_digest(text: str | None) -> str:
+    """The digest of a proposal's exact text (what ``/rsi rerun <digest>`` binds)."""
+    import hashlib
+
+    return hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
+
+
+def digest_matches(text: str | None, digest: str) -> bool:
+    """Whether ``digest`` (at least :data:`DIGEST_CHARS` hex characters, up to the
+    whole SHA-256) is ``text``'s."""
+    import hashlib
+
+    full = hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).hexdigest()
+    return len(digest) >= DIGEST_CHARS and full.startswith(digest.lower())
+
+
+def proposal_diff(approved: str, edited: str) -> list[str]:
+    """The unified diff of an edit, every line of it."""
     import difflib
 
-    diff = list(difflib.unified_diff(approved.splitlines(), edited.splitlines(),
+    return list(difflib.unified_diff(approved.splitlines(), edited.splitlines(),
                                      "proposal as labeled", "issue as edited", lineterm="", n=1))
-    if len(diff) > max_lines:
-        diff = diff[:max_lines] + [f"... {len(diff) - max_lines} more lines"]
-    return ["⚠️ **The issue was edited after the label.** The task runs the proposal as it "
-            "was when the label was added; the edit is not run. A person with write access "
-            f"can run it by commenting `/rsi rerun` on this issue, or by adding the `{label}` "
-            "label again. What changed:", "", fenced("\n".join(diff), info="diff"), ""]
+
+
+def edit_notice(approved: str, edited: str, *, label: str = "rsi", full_diff: str = "",
+                max_lines: int = EDIT_DIFF_LINES, max_chars: int = EDIT_DIFF_CHARS
+                ) -> list[str]:
+    """Lines saying the issue was edited after the label, with the difference and
+    the digest a writer approves. A diff past ``max_lines`` or ``max_chars`` is
+    shown up to there, and the notice says how much is hidden and where the full
+    diff is (``full_diff``: a link; else the issue's edit history)."""
+    diff = proposal_diff(approved, edited)
+    shown: list[str] = []
+    used = 0
+    for line in diff:
+        if len(shown) >= max_lines or used + len(line) + 1 > max_chars:
+            break
+        shown.append(line)
+        used += len(line) + 1
+    lines = ["⚠️ **The issue was edited after the label.** The task runs the proposal as it "
+             f"was when the label was added (digest `{proposal_digest(approved)}`); the edit "
+             f"(digest `{proposal_digest(edited)}`) is not run. A person with write access who "
+             "has read the edit can run exactly it by commenting "
+             f"`/rsi rerun {proposal_digest(edited)}` on this issue (a later edit is held "
+             f"again), or by adding the `{label}` label again. What changed:", "",
+             fenced("\n".join(shown), info="diff"), ""]
+    hidden = diff[len(shown):]
+    if hidden:
+        where = (f"the full diff: {full_diff}" if full_diff else
+                 "read the whole edit in the issue's edit history before approving it")
+        lines += [f"**{len(hidden):,} more line(s) of this diff "
+                  f"({sum(len(h) + 1 for h in hidden):,} characters) are not shown here**; "
+                  f"{where}.", ""]
+    return lines
 
 
 def refusal(user: str, command: str, reason: str) -> str:

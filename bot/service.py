@@ -36,8 +36,7 @@ def build_port(settings: Settings) -> GitHubPort:
 
 def build_context(settings: Settings, *, store: Store | None = None,
                   gh: GitHubPort | None = None, harness: HarnessPort | None = None) -> Context:
-    store = store or Store(settings.database_url, max_attempts=settings.max_attempts,
-                           replay_window_s=settings.replay_window_s)
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
     return Context(settings=settings, store=store,
                    gh=gh or build_port(settings), harness=harness or RealHarness())
 

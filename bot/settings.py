@@ -100,6 +100,11 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Tokens that open the task pages (comma-separated to rotate; at least 16 "
         "characters): `?token=` once (then a cookie) or `Authorization: Bearer`.")
+    metrics_token: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Tokens that open /metrics (`Authorization: Bearer`, comma-separated to "
+        "rotate; at least 16 characters). Without one, /metrics answers only requests from this "
+        "machine (loopback) that no proxy forwarded.")
     web_oauth_client_id: str | None = Field(
         None, description="The App's OAuth client id: task pages then also open after a GitHub "
         "login, for people who can read the task's repository (through the App).")
@@ -117,10 +122,6 @@ class Settings(BaseSettings):
     allowed_installations: Annotated[list[int], NoDecode] = Field(
         default_factory=list,
         description="Installation ids served, comma-separated (empty: any).")
-    replay_window_s: float = Field(
-        7 * 86400.0, gt=0,
-        description="How long a processed body's digest is kept: the same signed body under a "
-        "new delivery id is refused as a duplicate within this window.")
 
     @field_validator("allowed_repos", "allowed_installations", mode="before")
     @classmethod
@@ -139,7 +140,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"'{p}' is not owner/name or owner/*")
         return v
 
-    @field_validator("webhook_secret", "runner_labels", "web_token", mode="before")
+    @field_validator("webhook_secret", "runner_labels", "web_token", "metrics_token",
+                     mode="before")
     @classmethod
     def _split(cls, v):
         if isinstance(v, str):
@@ -169,12 +171,13 @@ class Settings(BaseSettings):
             v = p.read_text()
         return v.replace("\\n", "\n") if v else v
 
-    @field_validator("web_token")
+    @field_validator("web_token", "metrics_token")
     @classmethod
-    def _web_tokens(cls, v: list[str]) -> list[str]:
+    def _web_tokens(cls, v: list[str], info) -> list[str]:
         for t in v:
             if t.lower() in _WEAK or len(t) < 16:
-                raise ValueError("RSI_WEB_TOKEN holds a weak token (at least 16 characters)")
+                raise ValueError(f"RSI_{info.field_name.upper()} holds a weak token (at least 16 "
+                                 "characters)")
         return v
 
     @model_validator(mode="after")

@@ -8,10 +8,12 @@
 3. GitHub creates the App and redirects to ``/setup?code=...&state=...``; the
    server converts the code (``POST /app-manifests/{code}/conversions``) and
    stores the App id, its private key and the webhook secret under ``--out``
-   (``private-key.pem`` and ``app.env``, both mode 0600). Nothing secret is
-   printed or shown: the page names the files.
+   (``private-key.pem`` and ``app.env``, both mode 0600, created with
+   ``O_EXCL`` in a directory this user owns and no one else may write to: a
+   planted file, a symlink or someone else's directory is refused). Nothing
+   secret is printed or shown: the page names the files.
 
-The one-time token (console only) and the single-use state keep anyone else
+The one-time token (console only; it opens the form once) and the single-use state keep anyone else
 from driving the flow, e.g. to make the bot store the credentials of an App
 they own. A configured service (``rsi serve``) mounts only a status page at
 ``/setup``: the flow runs before the service has credentials.
@@ -23,6 +25,7 @@ import html
 import json
 import os
 import secrets
+import stat
 import threading
 from dataclasses import dataclass, field
 from importlib import resources
@@ -112,8 +115,64 @@ def convert(api_url: str, code: str, *, client: Any = None) -> AppCredentials:
                           d["pem"], d.get("webhook_secret"))
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+def _check_owned(out: Path, st: os.stat_result) -> None:
+    if not stat.S_ISDIR(st.st_mode):
+        raise SetupError(f"{out} is not a plain directory (a symlink or a file): give --out a "
+                         "new directory")
+    if st.st_uid != os.geteuid():
+        raise SetupError(f"{out} is owned by user {st.st_uid}, not by you ({os.geteuid()}): "
+                         "give --out a directory of your own (a new one is created 0700)")
+    if st.st_mode & 0o022:
+        raise SetupError(f"{out} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+                         f"chmod 700 {out}, or give --out a new directory")
+
+
+def own_directory(out: Path, *, create: bool = True) -> Path:
+    """``out`` as a directory this user owns, no one else may write to, and that
+    is not a symlink (created 0700 when missing); else :class:`SetupError`. The
+    App's key goes there: a directory someone else controls could hand them it."""
+    out = Path(out)
+    if create:
+        try:
+            out.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            pass
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return out  # created by store() later
+    _check_owned(out, st)
+    return out
+
+
+def _open_own_directory(out: Path) -> int:
+    """A file descriptor of ``out`` (never through a symlink), checked on the
+    descriptor itself: what is written under it goes where was checked, even if
+    the path is swapped afterwards."""
+    own_directory(out)
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        raise SetupError(f"{out} is not a plain directory (a symlink or a file): give --out a "
+                         "new directory") from None
+    try:
+        _check_owned(out, os.fstat(fd))
+    except SetupError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_private(where: int, name: str, text: str, shown: Path) -> None:
+    """Create ``name`` 0600 in the directory ``where`` (a descriptor) with
+    ``text``: never an existing file, never through a symlink (``O_EXCL``): a
+    file planted there first is refused, not written."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                     dir_fd=where)
+    except FileExistsError:
+        raise SetupError(f"{shown} exists already (not created by this setup): remove it, or "
+                         "give --out a new directory") from None
     with os.fdopen(fd, "w") as fh:
         os.fchmod(fh.fileno(), 0o600)
         fh.write(text)
@@ -121,22 +180,28 @@ def _write_private(path: Path, text: str) -> None:
 
 def store(creds: AppCredentials, out: Path, *, public_url: str,
           key_path: str | None = None) -> Path:
-    """Write ``private-key.pem`` and ``app.env`` (0600) under ``out``; refuse to
-    replace an existing ``app.env``. Returns the path of ``app.env``."""
+    """Write ``private-key.pem`` and ``app.env`` (0600, ``O_EXCL``) under ``out``, a
+    directory this user owns (:func:`own_directory`, checked on its descriptor);
+    refuse to replace either file. Returns the path of ``app.env``."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    env_path = out / "app.env"
-    if env_path.exists():
-        raise SetupError(f"{env_path} exists: an App is already set up there; move it away "
-                         "to set up another")
-    pem = out / "private-key.pem"
-    _write_private(pem, creds.pem)
-    lines = [f"RSI_GITHUB_APP_ID={creds.app_id}",
-             f"RSI_GITHUB_PRIVATE_KEY={key_path or pem.resolve()}",
-             f"RSI_BOT_LOGIN={creds.slug}[bot]", f"RSI_PUBLIC_URL={public_url}"]
-    if creds.webhook_secret:
-        lines.append(f"RSI_WEBHOOK_SECRET={creds.webhook_secret}")
-    _write_private(env_path, "\n".join(lines) + "\n")
+    env_path, pem = out / "app.env", out / "private-key.pem"
+    dfd = _open_own_directory(out)
+    try:
+        try:
+            os.stat("app.env", dir_fd=dfd, follow_symlinks=False)
+            raise SetupError(f"{env_path} exists: an App is already set up there; move it "
+                             "away to set up another")
+        except FileNotFoundError:
+            pass
+        _write_private(dfd, "private-key.pem", creds.pem, pem)
+        lines = [f"RSI_GITHUB_APP_ID={creds.app_id}",
+                 f"RSI_GITHUB_PRIVATE_KEY={key_path or pem.resolve()}",
+                 f"RSI_BOT_LOGIN={creds.slug}[bot]", f"RSI_PUBLIC_URL={public_url}"]
+        if creds.webhook_secret:
+            lines.append(f"RSI_WEBHOOK_SECRET={creds.webhook_secret}")
+        _write_private(dfd, "app.env", "\n".join(lines) + "\n", env_path)
+    finally:
+        os.close(dfd)
     return env_path
 
 
@@ -150,6 +215,7 @@ class SetupFlow:
         self.out, self.name, self.org, self.key_path = Path(out), name, org, key_path
         self.client, self.on_done = client, on_done
         self.token = secrets.token_urlsafe(24)
+        self.token_used = False
         self.states: set[str] = set()
         self.done: AppCredentials | None = None
         self.lock = threading.Lock()
@@ -164,7 +230,11 @@ class SetupFlow:
         if not secrets.compare_digest(token, self.token):
             return 403, _page("Not allowed", "Open the link `rsi setup` printed on its console.")
         state = secrets.token_urlsafe(24)
-        with self.lock:
+        with self.lock:  # the console's link opens the form once
+            if self.token_used:
+                return 403, _page("Link used", "This one-time link was opened already. Stop "
+                                  "`rsi setup` and start it again for a new link.")
+            self.token_used = True
             self.states.add(state)
         web = web_url(self.api_url)
         target = (f"{web}/organizations/{self.org}/settings/apps/new" if self.org
@@ -271,8 +341,14 @@ def setup_cmd(
     except SetupError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    if (out / "app.env").exists():
-        typer.echo(f"{out / 'app.env'} exists: an App is already set up there", err=True)
+    if os.path.lexists(out / "app.env") or os.path.lexists(out / "private-key.pem"):
+        typer.echo(f"{out} holds app.env or private-key.pem already: an App is set up there, "
+                   "or someone planted a file; give --out a new directory", err=True)
         raise typer.Exit(1)
+    try:
+        own_directory(out, create=False)
+    except SetupError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"Open this link in a browser logged in to GitHub (one-time):\n  {flow.start_url}")
     uvicorn.run(setup_app(flow), host=host, port=port, log_level="warning", access_log=False)

@@ -21,6 +21,14 @@ def task_usage(ctx: Context, t: Task) -> dict | None:
     return {"spent": spent.model_dump(), "budget": dict(budget)}
 
 
+def _edit_link(ctx: Context, t: Task) -> str:
+    """Where a held edit's full diff is: the task page, when it is served."""
+    from bot.checks import details_url
+
+    url = details_url(ctx, t) if t.edited_proposal is not None else None
+    return f"{url}#edit" if url else ""
+
+
 def refresh_status(ctx: Context, task_id: int, *, note: str = "",
                    errors: Sequence[str] = ()) -> None:
     """Re-render the task's status comment and edit it in place."""
@@ -32,5 +40,6 @@ def refresh_status(ctx: Context, task_id: int, *, note: str = "",
                                  rounds_done=t.rounds_done, bk=t.bk_sha, b0=t.b0_sha, note=note,
                                  edit=((t.proposal or "", t.edited_proposal)
                                        if t.edited_proposal is not None else None),
-                                 label=ctx.settings.trigger_label, usage=task_usage(ctx, t))
+                                 label=ctx.settings.trigger_label, usage=task_usage(ctx, t),
+                                 edit_link=_edit_link(ctx, t), proposal=t.proposal)
     sticky.upsert(ctx.gh, ctx.store, t.repo, t.issue, render.STATUS, body, login=ctx.login())

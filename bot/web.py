@@ -276,9 +276,21 @@ def render_page(store: Store, task_id: int, web_root: str = "") -> str | None:
         return None
     cands = store.candidates(task.id, generation=task.generation)
     repo_url = f"{web_root.rstrip('/')}/{task.repo}" if web_root else ""
-    body = [_header(task, repo_url), _candidates_table(cands, repo_url)]
+    body = [_header(task, repo_url), *_held_edit(task), _candidates_table(cands, repo_url)]
     body += _report(task, cands, repo_url)
     return _page(f"rsi task #{task.issue} — {task.repo}", "\n".join(body))
+
+
+def _held_edit(t: Task) -> list[str]:
+    """An edit held for a writer's approval: its digest and its whole diff (the
+    status comment links here when its copy is cut)."""
+    if t.edited_proposal is None:
+        return []
+    diff = "\n".join(render.proposal_diff(t.proposal or "", t.edited_proposal))
+    return [f'<h2 id="edit">Held edit <code>{_h(render.proposal_digest(t.edited_proposal))}'
+            f"</code></h2><p>Not run. A writer runs exactly this text with <code>/rsi rerun "
+            f"{_h(render.proposal_digest(t.edited_proposal))}</code> on the issue.</p>"
+            f"<pre>{_h(diff)}</pre>"]
 
 
 def _header(t: Task, repo_url: str) -> str:

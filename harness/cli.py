@@ -187,7 +187,7 @@ def init_cmd(
     found = detect(repo)
     ask = not yes and _interactive()
     if found.source:
-        typer.echo(f"detected: {found.command} ({found.source})")
+        typer.echo(f"detected: {found.command or found.client} ({found.source})")
     command = command or found.command
     if ask:
         command = typer.prompt("Benchmark command", default=command)
@@ -207,7 +207,8 @@ def init_cmd(
         typer.echo("no benchmark command found; pass --command", err=True)
         raise typer.Exit(2)
     answers = InitAnswers(command=command, metrics=metrics, objective=objective, benchmark=benchmark,
-                          samples=dict(found.samples) if command == found.command else {}, min_gain=min_gain, device=device)
+                          samples=dict(found.samples) if command == found.command or found.client else {},
+                          min_gain=min_gain, device=device, client=found.client)
     try:
         written = write_files(repo, render_files(answers), force=force)
     except InitError as exc:

@@ -4,8 +4,14 @@ An agent container has no network unless its runner profile names the hosts
 it may reach (``allowed_hosts``, e.g. its model API). Then :class:`Egress`
 sets up, for that one run:
 
-* an ``--internal`` docker network (no gateway: nothing on it is routable
-  beyond its members, link-local metadata addresses included);
+* an ``--internal`` docker network whose bridge has no host address
+  (``com.docker.network.bridge.inhibit_ipv4``, :data:`NO_HOST_ADDRESS`):
+  nothing on it is routable beyond its members, link-local metadata
+  addresses and the host included. A plain ``--internal`` network is not
+  enough: the host holds its gateway address, so its members reach every
+  service on the host bound to ``0.0.0.0`` (and through the host's INPUT
+  chain, docker0's address too), around the proxy. :func:`check_no_host_address`
+  refuses a network the engine gave a host address anyway;
 * a tinyproxy container (Debian's package, in ``rsi-bot/egress:bookworm``,
   built by ``scripts/setup-docker.sh``) on that network and on the upstream
   network(s) (the default bridge unless told otherwise), with a filter that
@@ -39,6 +45,33 @@ _HOST_RX = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([
 
 class EgressError(RuntimeError):
     """The proxy could not be set up (image missing, engine error)."""
+
+
+NO_HOST_ADDRESS = {"com.docker.network.bridge.inhibit_ipv4": "true"}
+"""Driver options of the agent's network: docker gives the host no address on its bridge."""
+
+
+def check_no_host_address(network: Any) -> None:
+    """Raise EgressError when this host holds an address of ``network``'s
+    subnets (its gateway): the agent would reach the host around the proxy.
+    Seen from this process's network namespace: run the harness on the host
+    (a harness in a container of its own cannot see the host's interfaces)."""
+    import ipaddress
+    import socket
+
+    import psutil
+
+    network.reload()
+    nets = [ipaddress.ip_network(c["Subnet"], strict=False)
+            for c in (network.attrs.get("IPAM") or {}).get("Config") or [] if c.get("Subnet")]
+    held = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)
+            and any(ipaddress.ip_address(a.address.split("%")[0]) in n for n in nets)]
+    if held:
+        raise EgressError(f"the docker engine gave this host the address {held[0]} on the agent's "
+                          "network, so an agent would reach the host around the proxy: use a "
+                          "docker engine whose bridge driver honours "
+                          "com.docker.network.bridge.inhibit_ipv4 (docker >= 1.13)")
 
 
 @dataclass(frozen=True)
@@ -140,7 +173,9 @@ class Egress:
         for name in ("filter", "tinyproxy.conf"):
             os.chmod(os.path.join(self.confdir, name), 0o644)
         self.network = self.client.networks.create(f"rsi-egress-{tag}", driver="bridge",
-                                                   internal=True, labels={LABEL: "1"})
+                                                   internal=True, options=NO_HOST_ADDRESS,
+                                                   labels={LABEL: "1"})
+        check_no_host_address(self.network)
         self.container = self.client.containers.create(
             self.image, ["tinyproxy", "-d", "-c", "/etc/rsi-egress/tinyproxy.conf"],
             name=f"rsi-egress-{tag}", user="65534:65534", cap_drop=["ALL"],

@@ -16,8 +16,9 @@ the repo's bound), and every number must be a real number of the right kind:
 ``guards``         added; one on the same benchmark+metric as a repo guard, or
                    as a verifier default guard, replaces it only when at least
                    as tight on every bound. Guards are never dropped.
-``quality``        added (within hard caps); same rule (kind+output) as guards,
-                   ``dtype`` and ``reference`` never changed
+``quality``        added (within hard caps); same rule (kind+output) as guards;
+                   ``min_snr_db`` only raised; ``files``, ``dtype`` and
+                   ``reference`` never changed
 ``verifier``       ``alpha`` only lowered, ``level``, margins, warm-ups, pair
                    counts and bootstrap sizes only raised, all within hard
                    bounds (``VERIFIER_RULES``); ``default_guards``,
@@ -33,6 +34,10 @@ the repo's bound), and every number must be a real number of the right kind:
 ``runner``         ``profile``: one of ``[runner] allowed_profiles``
 =================  ==========================================================
 
+Guards of every kind follow one registry (:data:`GUARD_FIELDS`,
+:data:`QUALITY_FIELDS`): each field's tightening direction; a field of the
+guard's model without one is fixed; a field the model lacks is refused.
+
 Everything else (benchmark commands, hidden inputs, knobs, agent commands,
 runner profiles) comes from the repo config only. Each section has its merger
 (:data:`_TABLES`, :data:`_WHOLE`); errors are collected, never raised.
@@ -40,6 +45,7 @@ runner profiles) comes from the repo config only. Each section has its merger
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +55,8 @@ from harness.policy import EditPolicy
 from verifier.config import (
     MEASURED,
     PERCENTILES,
+    Guard,
+    QualityGuard,
     VerifierSettings,
     default_bound,
     percentile_name,
@@ -89,8 +97,28 @@ _VERIFIER_FLAGS = {"default_guards": True, "require_external": True, "cross_chec
 """Boolean [verifier] settings a proposal may only turn to the strict value."""
 _INT_FIELDS = {"warmup", "initial_pairs", "step", "max_pairs", "calibration_pairs", "bootstrap",
                "rounds", "max_straight_rejections", "max_changed_lines"}
-#: Quality bounds: which may only go down; and hard caps for new quality guards.
-_QUALITY_BOUNDS = ("max", "max_delta", "max_change", "rtol", "atol")
+#: How a proposal may change each field of a guard: the registry of guard
+#: fields. ``key`` names the guard (a proposal guard with the same key replaces
+#: or amends the repo's); ``lower``: an upper bound, only lowered; ``raise``: a
+#: lower bound, only raised; ``true``: only set to true; ``verifier``: set by the
+#: verifier, never by a proposal. A field of the guard's model without an entry
+#: is **fixed**: a proposal may not change it (it may set it on a guard it adds).
+#: A field the model does not have is refused.
+KEY, LOWER, RAISE, ONLY_TRUE, VERIFIER_ONLY = "key", "lower", "raise", "true", "verifier"
+GUARD_FIELDS: dict[str, str] = {
+    "metric": KEY, "benchmark": KEY,
+    "max_ratio": LOWER, "max_delta": LOWER, "min_ratio": RAISE, "min_delta": RAISE,
+    "required": ONLY_TRUE, "default": VERIFIER_ONLY,
+}
+"""``[[guards]]`` (:class:`verifier.config.Guard`)."""
+QUALITY_FIELDS: dict[str, str] = {
+    "kind": KEY, "output": KEY, "benchmark": KEY,
+    "max": LOWER, "max_delta": LOWER, "max_change": LOWER, "rtol": LOWER, "atol": LOWER,
+    "min_snr_db": RAISE,
+}
+"""``[[quality]]`` (:class:`verifier.config.QualityGuard`); ``files``, ``dtype`` and
+``reference`` have no entry: fixed."""
+#: Hard caps on the bounds of a quality guard a proposal adds.
 _QUALITY_CAPS = {"max": 1.0, "max_delta": 1.0, "max_change": 0.5, "rtol": 1.0, "atol": 1.0}
 _QUALITY_DEFAULTS = {"output_length": {"max_change": 0.02}}
 MAX_MIN_GAIN = 10.0
@@ -99,9 +127,9 @@ MAX_MIN_GAIN = 10.0
 def _number(v: Any, field: str) -> str | None:
     """Why ``v`` is not a strict number for ``field`` (bools and strings refused)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return f"must be a number, not {type(v).__name__} {v!r}"
+        return f"must be a number, not {type(v).__name__} {reprlib.repr(v)}"
     if field in _INT_FIELDS and not isinstance(v, int):
-        return f"must be a whole number, not {v!r}"
+        return f"must be a whole number, not {reprlib.repr(v)}"
     if v != v or v in (float("inf"), float("-inf")):
         return f"must be a finite number, not {v!r}"
     return None
@@ -148,10 +176,33 @@ def _guard_key(g: dict[str, Any], objective_bench: str) -> tuple[str, str]:
     return (str(g.get("benchmark", objective_bench)), str(g.get("metric", "")))
 
 
+def _bounds(registry: dict[str, str]) -> tuple[tuple[str, bool], ...]:
+    """The registry's bounds as (field, is an upper bound)."""
+    return tuple((f, rule == LOWER) for f, rule in registry.items() if rule in (LOWER, RAISE))
+
+
+def _field_problems(g: dict[str, Any], registry: dict[str, str], model: type[BaseModel]
+                    ) -> list[str]:
+    """What a proposal guard may not carry at all: a field its model does not
+    have, a field only the verifier sets, ``required`` other than true, a bound
+    that is not a number."""
+    out = []
+    for k, v in g.items():
+        rule = registry.get(k)
+        if k not in model.model_fields:
+            out.append(f"{str(k)[:40]!r} is not a field of this guard; it has "
+                       f"{', '.join(model.model_fields)}")
+        elif rule == VERIFIER_ONLY:
+            out.append(f"'{k}' is set by the verifier, not by a proposal")
+        elif rule == ONLY_TRUE and v is not True:
+            out.append(f"a proposal may only set {k} = true")
+        elif rule in (LOWER, RAISE) and _number(v, k):
+            out.append(f"{k} {_number(v, k)}")
+    return out
+
+
 def _looser(new: dict[str, Any], old: dict[str, Any],
-            bounds: tuple[tuple[str, bool], ...] = (("max_ratio", True), ("max_delta", True),
-                                                    ("max", True), ("min_ratio", False),
-                                                    ("min_delta", False))) -> str | None:
+            bounds: tuple[tuple[str, bool], ...] = _bounds(GUARD_FIELDS)) -> str | None:
     """Why ``new`` is looser than ``old`` on some bound (None when not)."""
     for bound, upper in bounds:
         if bound in new and _number(new[bound], bound):
@@ -163,6 +214,19 @@ def _looser(new: dict[str, Any], old: dict[str, Any],
             if (a > b) if upper else (a < b):
                 verb = "raises" if upper else "lowers"
                 return f"{verb} {bound} from {old[bound]} to {new[bound]}"
+    return None
+
+
+def _fixed_changed(given: dict[str, Any], old: dict[str, Any], registry: dict[str, str],
+                   model: type[BaseModel]) -> str | None:
+    """Why ``given`` changes a fixed field of ``old`` (a model field without a
+    registry entry), or None."""
+    for k, v in given.items():
+        if k in model.model_fields and k not in registry:
+            was = old.get(k, model.model_fields[k].default)
+            if v != was:
+                return (f"changes {k} from {was!r} to {v!r} ({k} is fixed: a proposal may not "
+                        "change it)")
     return None
 
 
@@ -198,21 +262,19 @@ def _merge_guards(repo: dict[str, Any], merged: dict[str, Any], value: Any,
     for i, g in enumerate(value, start=1):
         key = _guard_key(g, obj_bench)
         where = f"proposal guard {i} ({key[1]})"
-        if "default" in g:
-            errors.append(f"{where}: 'default' is set by the verifier, not by a proposal")
-            continue
-        if "required" in g and g["required"] is not True:
-            errors.append(f"{where}: a proposal may only set required = true")
+        bad = _field_problems(g, GUARD_FIELDS, Guard)
+        if bad:
+            errors.append(f"{where}: {'; '.join(bad)}")
             continue
         same = [j for j, c in enumerate(current) if _guard_key(c, obj_bench) == key]
         old = current[same[0]] if same else _default_guard(repo, *key)
-        why = _looser(g, old) if old else _looser(g, {})
+        why = (_looser(g, old) or _fixed_changed(g, old, GUARD_FIELDS, Guard)) if old else None
         if why:
             whose = ("the repo config's guard" if same else "the verifier's default guard")
             have = ", ".join(f"{k} = {v}" for k, v in (old or {}).items()
                              if k not in ("metric", "benchmark", "required", "default"))
             errors.append(f"{where}: {why}; {whose} says {have or 'nothing'}, and a proposal "
-                          "may only tighten it" if old else f"{where}: {why}")
+                          "may only tighten it")
             continue
         new = dict(g)
         if same:
@@ -236,8 +298,8 @@ def _merge_quality(merged: dict[str, Any], value: Any, obj_bench: str) -> list[s
     current = [dict(q) for q in merged.get("quality", [])]
     for i, q in enumerate(value, start=1):
         key = _quality_key(q, obj_bench)
-        where = f"proposal quality guard {i} ({key[0]} on {key[1]})"
-        bad = [f"{b} {_number(q[b], b)}" for b in _QUALITY_BOUNDS if b in q and _number(q[b], b)]
+        where = f"proposal quality guard {i} ({key[0]} on {key[1] or q.get('files')})"
+        bad = _field_problems(q, QUALITY_FIELDS, QualityGuard)
         if bad:
             errors.append(f"{where}: {'; '.join(bad)}")
             continue
@@ -252,10 +314,8 @@ def _merge_quality(merged: dict[str, Any], value: Any, obj_bench: str) -> list[s
             continue
         old = {**_QUALITY_DEFAULTS.get(key[0], {}), **current[same[0]]}
         new = {**_QUALITY_DEFAULTS.get(key[0], {}), **q}
-        why = _looser(new, old, tuple((b, True) for b in _QUALITY_BOUNDS))
-        for fixed in ("dtype", "reference"):
-            if new.get(fixed) != old.get(fixed) and fixed in q:
-                why = why or f"changes {fixed} from {old.get(fixed)!r} to {new.get(fixed)!r}"
+        why = (_looser(new, old, _bounds(QUALITY_FIELDS))
+               or _fixed_changed(q, old, QUALITY_FIELDS, QualityGuard))
         if why:
             errors.append(f"{where}: {why}; the repo config's quality guard is "
                           f"{current[same[0]]}, and a proposal may only tighten it")

@@ -1,7 +1,7 @@
 """``rsi init``: the files that onboard a target repo, and what can be detected.
 
-Pure functions of data (docs/architecture.md, habit 4): :func:`detect` reads a checkout and
-guesses the benchmark command and its metrics; :func:`render_files` returns
+Pure functions of data (docs/architecture.md, habit 4): :func:`detect` reads a git tree
+(the bot) or a checkout (``rsi init``) and guesses the benchmark command and its metrics; :func:`render_files` returns
 ``{path: text}`` for
 
 * ``.rsi/config.toml``, commented, valid as written (a test builds a task of it);
@@ -67,6 +67,9 @@ class Detected:
     samples: dict[str, str] = field(default_factory=dict)
     source: str = ""
     """Where the guess comes from (shown to the user)."""
+    client: str | None = None
+    """A load generator of the repo (a script that writes $RSI_RESULT and reads
+    $RSI_SERVER_URL): the benchmark is then a serving one, ``command`` the server."""
 
 
 @dataclass
@@ -79,6 +82,10 @@ class InitAnswers:
     min_gain: float = 0.05
     timeout_s: int = 600
     ready_pattern: str | None = None
+    client: str | None = None
+    """The repo's load generator (:attr:`Detected.client`): ``command`` is then the
+    server (``serve``), and the objective must come from outside the candidate
+    (``require_external = true``)."""
     editable: list[str] = field(default_factory=lambda: ["**"])
     device: Literal["cpu", "cuda", "npu"] = "cpu"
     ref: str = field(default_factory=release_ref)
@@ -125,30 +132,81 @@ def _result_keys(source: str) -> tuple[dict[str, str], dict[str, str]]:
     return found["metrics"], found["samples"]
 
 
-def _plain(p: Path) -> bool:
-    """A regular file of a sane size, not a link: a checkout may be untrusted
-    (the bot's onboarding reads repositories it was just installed on)."""
-    return p.is_file() and not p.is_symlink() and p.stat().st_size <= _MAX_READ
+def _plain(p: Path, root: Path) -> bool:
+    """A regular file of a sane size inside ``root``, with no link on the way
+    (itself or a directory above it): a checkout may be untrusted."""
+    try:
+        inside = p.resolve() == root.resolve() / p.relative_to(root)
+    except (OSError, ValueError):
+        return False
+    return inside and p.is_file() and not p.is_symlink() and p.stat().st_size <= _MAX_READ
 
 
-def detect(repo: Path) -> Detected:
+def _glob_match(path: str, pattern: str) -> bool:
+    """``Path.glob``'s rule for one of :data:`_BENCH_GLOBS` (``*`` stays in one
+    directory), on a path of the git tree."""
+    from fnmatch import fnmatchcase
+
+    parts, pats = path.split("/"), pattern.split("/")
+    return len(parts) == len(pats) and all(fnmatchcase(a, b) for a, b in zip(parts, pats,
+                                                                             strict=True))
+
+
+def _tree_files(repo: Path, ref: str) -> dict[str, str]:
+    """The files detection looks at, read from the git tree at ``ref`` (blobs of
+    mode 100644/100755 only: a symlink is a blob of its own mode there, and a
+    path through a symlinked directory does not exist in the tree)."""
+    from harness.gitutil import git
+
+    wanted: dict[str, str] = {}
+    listing = git(repo, "ls-tree", "-r", "-l", "-z", "--full-tree", ref)
+    for entry in listing.split("\0"):
+        if "\t" not in entry:
+            continue
+        meta, path = entry.split("\t", 1)
+        mode, kind, sha, size = meta.split()
+        if kind != "blob" or mode not in ("100644", "100755") or not size.isdigit():
+            continue
+        if int(size) > _MAX_READ:
+            continue
+        if path == "Makefile" or any(_glob_match(path, g) for g in _BENCH_GLOBS):
+            wanted[path] = sha
+    return {p: git(repo, "cat-file", "blob", sha) for p, sha in sorted(wanted.items())[:51]}
+
+
+def _checkout_files(repo: Path) -> dict[str, str]:
+    scripts = sorted({p for g in _BENCH_GLOBS for p in repo.glob(g) if _plain(p, repo)})
+    out = {p.relative_to(repo).as_posix(): p.read_text(encoding="utf-8", errors="replace")
+           for p in scripts[:50]}
+    if _plain(repo / "Makefile", repo):
+        out["Makefile"] = (repo / "Makefile").read_text(errors="replace")
+    return out
+
+
+def detect(repo: Path, *, ref: str | None = None) -> Detected:
     """Guess the benchmark: a script that writes ``$RSI_RESULT`` first, then a
-    ``bench`` target of the Makefile, then any benchmark-looking script."""
+    ``bench`` target of the Makefile, then any benchmark-looking script. With
+    ``ref`` (the bot's onboarding: an untrusted repository) it reads the git
+    tree at ``ref``, never the checkout; without, the checkout (``rsi init``),
+    refusing any path through a link."""
     repo = Path(repo)
-    scripts = sorted({p for g in _BENCH_GLOBS for p in repo.glob(g) if _plain(p)})
-    texts = {p: p.read_text(encoding="utf-8", errors="replace") for p in scripts[:50]}
-    native = [p for p, t in texts.items() if "RSI_RESULT" in t]
-    for p in native:
-        metrics, samples = _result_keys(texts[p])
-        rel = p.relative_to(repo).as_posix()
+    files = _tree_files(repo, ref) if ref is not None else _checkout_files(repo)
+    texts = {p: t for p, t in files.items()
+             if p != "Makefile" and any(_glob_match(p, g) for g in _BENCH_GLOBS)}
+    scripts = sorted(texts)[:50]
+    native = [p for p in scripts if "RSI_RESULT" in texts[p]]
+    for rel in native:
+        metrics, samples = _result_keys(texts[rel])
+        if "RSI_SERVER_URL" in texts[rel]:  # a client: the command to find is the server's
+            return Detected(None, metrics, samples, f"{rel} is a load generator (reads "
+                            "$RSI_SERVER_URL): give your server's command", client=f"python {rel}")
         return Detected(f"python {rel}", metrics, samples, f"{rel} writes $RSI_RESULT")
-    make = repo / "Makefile"
-    if _plain(make):
-        m = re.search(r"^(bench(?:mark)?)\s*:", make.read_text(errors="replace"), re.M)
+    if "Makefile" in files:
+        m = re.search(r"^(bench(?:mark)?)\s*:", files["Makefile"], re.M)
         if m:
             return Detected(f"make {m.group(1)}", source=f"Makefile target '{m.group(1)}'")
     if scripts:
-        rel = scripts[0].relative_to(repo).as_posix()
+        rel = scripts[0]
         return Detected(f"python {rel}", source=f"{rel} (it must write its result JSON to "
                         "$RSI_RESULT)")
     return Detected()
@@ -173,7 +231,12 @@ def render_config(a: InitAnswers) -> str:
         '# "outputs": {...}, "counts": {"failed": 0}}. The verifier runs it many times,',
         "# alternating baseline and candidate, each run in a fresh container.",
         f"[benchmarks.{a.benchmark}]",
-        f"command = {_s(a.command)}",
+        *([f"command = {_s(a.command)}"] if not a.client else [
+            f"serve = {_s(a.command)}                  # your server, from the candidate's checkout; "
+            "it listens on $RSI_PORT",
+            'ready_path = "/health"               # polled until it answers 200',
+            f"client = {_s(a.client)}             # protected: run from the baseline, reaches the "
+            "server at $RSI_SERVER_URL"]),
         f"timeout_s = {a.timeout_s}                     # one run; the whole process group is killed after",
         f"ready_pattern = {_s(a.ready_pattern)}" if a.ready_pattern else
         '# ready_pattern = "READY"              # a stdout line that ends start-up (-> startup_s)',
@@ -203,6 +266,9 @@ def render_config(a: InitAnswers) -> str:
         "# required = true                      # a proposal may not loosen it",
         *_guard_lines(a),
         "",
+        *(["# This repo has a load generator: the objective and the required guards must be",
+            "# measured outside the candidate (a server cannot report its own speed).",
+            "[verifier]", "require_external = true", ""] if a.client else []),
         "# What an agent may change. .rsi/** and .github/** are always protected, and so",
         "# is every file a benchmark command names. Globs use .gitignore rules.",
         "[policy]",

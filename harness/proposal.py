@@ -105,9 +105,10 @@ def _parse_guard_line(line: str) -> dict[str, Any]:
     return g
 
 
-def _markdown_blocks(body: str) -> tuple[list[tuple[str, str]], list[str]]:
+def _markdown_blocks(body: str) -> tuple[list[tuple[str, str]], list[tuple[int, str]]]:
     """The ``### `` sections (heading, the text up to the next one) and the
-    ```` ```toml ```` blocks of a proposal, from CommonMark's block structure
+    ```` ```toml ```` blocks of a proposal (each with the issue's line number of its
+    first TOML line), from CommonMark's block structure
     (markdown-it-py): a heading or a TOML block inside a code fence or a quote
     is text, not structure."""
     from markdown_it import MarkdownIt
@@ -115,7 +116,7 @@ def _markdown_blocks(body: str) -> tuple[list[tuple[str, str]], list[str]]:
     lines = body.split("\n")
     tokens = MarkdownIt("commonmark").parse(body)
     heads: list[tuple[str, int, int]] = []  # (title, first line, line after it)
-    fences: list[str] = []
+    fences: list[tuple[int, str]] = []
     quoted = 0
     for i, t in enumerate(tokens):
         if t.type == "blockquote_open":
@@ -127,7 +128,7 @@ def _markdown_blocks(body: str) -> tuple[list[tuple[str, str]], list[str]]:
         elif t.type == "heading_open" and t.tag == "h3":
             heads.append((tokens[i + 1].content.strip(), t.map[0], t.map[1]))
         elif t.type == "fence" and (t.info.strip().split() or [""])[0].lower() == "toml":
-            fences.append(t.content)
+            fences.append((t.map[0] + 2, t.content))  # the line after the opening fence
     sections = []
     for j, (title, _, after) in enumerate(heads):
         end = heads[j + 1][1] if j + 1 < len(heads) else len(lines)
@@ -212,15 +213,56 @@ def _read_form(sections: list[tuple[str, str]]) -> tuple[dict[str, Any], list[st
     return form, notes, errors
 
 
-def _read_toml(fences: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """The ```` ```toml ```` blocks, merged in order -> (overrides, errors)."""
+MAX_DEPTH = 8
+"""Deepest nesting of tables and arrays a proposal's TOML may have (its
+settings are at most three deep: ``[[guards]]`` -> a guard -> a value)."""
+
+
+def _depth(value: Any) -> int:
+    """How deeply tables and arrays nest in ``value`` (iterative: a proposal
+    controls the depth)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            if d + 1 > MAX_DEPTH:
+                return d + 1
+            deepest = max(deepest, d + 1)
+            stack += [(x, d + 1) for x in v]
+    return deepest
+
+
+def _read_toml(fences: list[tuple[int, str]]) -> tuple[dict[str, Any], list[str]]:
+    """The ```` ```toml ```` blocks, merged in order -> (overrides, errors).
+    Every way a block can fail to parse is an error here, never an exception:
+    invalid TOML, nesting too deep for the parser or for a proposal, a number
+    too long to read."""
     over: dict[str, Any] = {}
     errors: list[str] = []
-    for n, block in enumerate(fences, start=1):
+    for n, (line, block) in enumerate(fences, start=1):
+        where = f"proposal toml block {n} (from line {line} of the issue)"
         try:
-            over = _deep_merge(over, tomllib.loads(block))
+            data = tomllib.loads(block)
         except tomllib.TOMLDecodeError as exc:
-            errors.append(f"proposal toml block {n}: not valid TOML: {exc}")
+            errors.append(f"{where}: not valid TOML: {exc}")
+            continue
+        except RecursionError:
+            errors.append(f"{where}: arrays or inline tables nested more than {MAX_DEPTH} "
+                          "deep; a proposal's settings are at most 3 deep (e.g. [[guards]] -> "
+                          "max_ratio)")
+            continue
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            errors.append(f"{where}: a value cannot be read ({str(exc)[:60]}...); write a "
+                          "number of at most a few digits")
+            continue
+        if _depth(data) > MAX_DEPTH:
+            errors.append(f"{where}: tables or arrays nested more than {MAX_DEPTH} deep; a "
+                          "proposal's settings are at most 3 deep (e.g. [[guards]] -> "
+                          "max_ratio)")
+            continue
+        over = _deep_merge(over, data)
     return over, errors
 
 

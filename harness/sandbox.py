@@ -17,7 +17,8 @@ the device nodes present, passed in), so the accelerator wiring can be tested
 without accelerators:
 
 * network: none (``network_mode="none"``) unless the job asks for it; then
-  only the internal network of an egress proxy (:mod:`harness.egress`) that
+  only the internal network of an egress proxy (:mod:`harness.egress`; a
+  bridge without a host address: the host is out of reach too) that
   reaches the profile's ``allowed_hosts`` and nothing else, with
   ``HTTP(S)_PROXY`` set. A job asking for network without a proxy is refused;
 * ``cpu``: nothing;

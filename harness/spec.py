@@ -232,18 +232,72 @@ class TaskSpec(BaseModel):
         return self.verify.objective.min_gain
 
     def protected_paths(self) -> list[str]:
-        """Protected globs: the policy's plus every file a benchmark command or
-        setup names."""
+        """Protected globs: the policy's plus the measuring code of every
+        benchmark, by default (:func:`measuring_paths`): the files its
+        ``command``, ``setup``, ``serve``, ``client`` and ``evaluator`` name,
+        in script form (``python bench/client.py``) or module form
+        (``python -m tiny_tts.server``)."""
         extra: list[str] = []
         for bench in self.verify.benchmarks.values():
-            for command in (bench.command, bench.setup):
-                if command is not None:
-                    extra += paths_named_by(command)
+            extra += measuring_paths(bench)
         return self.policy.all_protected(extra)
 
     def verifier_config_text(self) -> str:
         """The merged config as TOML (for a verifier running in a container)."""
         return dump_toml(self.config)
+
+
+# ------------------------------------------------------------- measuring code
+
+
+def module_paths(command: str) -> list[str]:
+    """The files ``python -m pkg.mod`` runs from the repository: the module
+    (``pkg/mod.py``, or the package's ``pkg/mod/__main__.py`` and
+    ``__init__.py``) and the ``__init__.py`` of every package above it (they
+    run first), at the root and under ``src/``. A module not in the
+    repository (``python -m pytest``) names files an agent could add to
+    shadow it: protecting them does no harm."""
+    import shlex
+
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        tokens = command.split()
+    out: list[str] = []
+    for flag, name in zip(tokens, tokens[1:], strict=False):
+        if flag != "-m" or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+            continue
+        parts = name.split(".")
+        files = [*(f"{'/'.join(parts[:i])}/__init__.py" for i in range(1, len(parts))),
+                 f"{'/'.join(parts)}.py", f"{'/'.join(parts)}/__main__.py",
+                 f"{'/'.join(parts)}/__init__.py"]
+        for root in ("", "src/"):
+            # a file at the root is anchored (``/pytest.py``): unanchored, the glob
+            # would protect every ``pytest.py`` in the tree
+            out += [g for f in files if (g := root + f if "/" in root + f else "/" + f) not in out]
+    return out
+
+
+def measuring_paths(bench: BenchmarkConfig) -> list[str]:
+    """What an agent may not edit in a benchmark, whatever the policy says:
+    every file its ``command``, ``setup``, ``serve``, ``client`` or
+    ``evaluator`` names (script or module form); for a ``client`` or an
+    ``evaluator`` script in a folder, the Python files next to it too (what it
+    imports: ``bench/vocab.py`` next to ``bench/client.py``)."""
+    out: list[str] = []
+    for role in ("command", "setup", "serve", "client", "evaluator"):
+        command = getattr(bench, role)
+        if not command:
+            continue
+        for path in [*paths_named_by(command), *module_paths(command)]:
+            if path not in out:
+                out.append(path)
+            folder = path.rsplit("/", 1)[0] if "/" in path else ""
+            sibling = f"{folder}/*.py"
+            if role in ("client", "evaluator") and folder and path.endswith(".py") \
+                    and path in paths_named_by(command) and sibling not in out:
+                out.append(sibling)
+    return out
 
 
 # ------------------------------------------------------------- validation
@@ -286,9 +340,13 @@ def build_task(
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([f"{CONFIG_PATH}: not valid TOML: {exc}"]) from exc
 
-    prop = parse_proposal(proposal_body)
+    try:  # parse_proposal collects every failure it knows; this is the backstop
+        prop = parse_proposal(proposal_body)
+        merged, merge_errors = merge_proposal(repo, prop.overrides)
+    except RecursionError as exc:
+        raise SpecError(["proposal: nested too deeply to read; a proposal's settings are at "
+                         "most 3 deep (e.g. [[guards]] -> max_ratio)"]) from exc
     errors += prop.errors
-    merged, merge_errors = merge_proposal(repo, prop.overrides)
     errors += merge_errors
     knobs = _knobs(merged, repo_files, errors)
     policy = _section(EditPolicy, merged, "policy", errors)

@@ -30,6 +30,8 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -169,6 +171,10 @@ class Handle(Protocol):
 
     def running(self) -> bool: ...
 
+    def http_status(self, port: int, path: str, timeout_s: float) -> int | None:
+        """The HTTP status a ``GET path`` to this server job's ``port`` answers,
+        asked from inside its network (None: no answer)."""
+
     def wait(self) -> CommandResult:
         """Until the command exits or its timeout passes; everything it left is killed."""
 
@@ -182,7 +188,8 @@ class Isolation(Protocol):
     def start(self, job: Job) -> Handle: ...
 
     def private_network(self) -> contextlib.AbstractContextManager[str | None]:
-        """A network private to one serving run (None where not needed)."""
+        """A network private to one serving run (None where not needed): the
+        server job starts first on it, the client then joins it."""
 
     def server_port(self) -> int: ...
 
@@ -274,6 +281,38 @@ def _kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pgid, sig)
 
 
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _http_status(host: str, port: int, path: str, timeout_s: float) -> int | None:
+    """``GET http://host:port/path`` from this process (no proxy): its status, or None."""
+    try:
+        with _NO_PROXY.open(f"http://{host}:{port}{path}", timeout=timeout_s) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+#: The readiness probe of a server container, run by ``docker exec`` in it as
+#: ``nobody`` (the candidate's user cannot trace or signal it): bash's
+#: ``/dev/tcp`` needs no tool from the image but bash. argv: port, path, timeout.
+PROBE_SCRIPT = (
+    'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 2\n'
+    "printf 'GET %s HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n' \"$2\" >&3\n"
+    'IFS= read -r -n 64 -t "$3" line <&3 || exit 3\n'  # a status line, never a flood
+    "printf '%s\\n' \"$line\"\n"
+)
+PROBE_USER = "65534:65534"
+
+
+def parse_status_line(text: str) -> int | None:
+    """``HTTP/1.x NNN ...`` -> NNN (None for anything else)."""
+    m = re.match(r"HTTP/\d(?:\.\d)? (\d{3})\b", text.strip())
+    return int(m.group(1)) if m else None
+
+
 class ProcessHandle:
     """A command in its own process group (session) on this host."""
 
@@ -319,6 +358,9 @@ class ProcessHandle:
 
     def wait_ready(self, timeout_s: float) -> float | None:
         return self.output.wait_ready(timeout_s, self.running)
+
+    def http_status(self, port: int, path: str, timeout_s: float) -> int | None:
+        return _http_status(self.host, port, path, timeout_s)
 
     def running(self) -> bool:
         return self.status is None and self._poll(block=False) is None
@@ -625,9 +667,8 @@ class ContainerHandle:
         self.container.reload()
         self.init_pid = int(self.container.attrs["State"]["Pid"])
         self.cgroup = Cgroup(self.init_pid)
-        if job.network:
-            nets = self.container.attrs["NetworkSettings"]["Networks"]
-            self.host = nets[job.network]["IPAddress"]
+        if job.network and job.role == "server":
+            iso.netns_owner[job.network] = self.cid  # the client joins this namespace
         self.cpu0 = self.cgroup.cpu_s()
         thr = self.cgroup.throttled_s()
         self.thr0 = thr if thr is not None else 0.0
@@ -735,6 +776,23 @@ class ContainerHandle:
     def wait_ready(self, timeout_s: float) -> float | None:
         return self.output.wait_ready(timeout_s, self.running)
 
+    def http_status(self, port: int, path: str, timeout_s: float) -> int | None:
+        """Asked from inside the container's own network namespace (the
+        verifier has no route into it: it holds nothing but loopback)."""
+        if not re.fullmatch(r"/[\x21-\x7e]*", path):
+            return None  # no space or control character reaches the request line
+        try:
+            exec_id = self.api.exec_create(
+                self.cid,
+                ["/bin/bash", "-c", PROBE_SCRIPT, "rsi-probe", str(int(port)), path,
+                 str(max(1, round(timeout_s)))],
+                user=PROBE_USER, environment={}, workdir="/",
+            )["Id"]
+            out = self.api.exec_start(exec_id, demux=False) or b""
+        except Exception:  # noqa: BLE001 - the container went away: not ready
+            return None
+        return parse_status_line(out[:200].decode("latin-1"))
+
     def wait(self) -> CommandResult:
         deadline = self.t0 + self.job.timeout_s
         poller = select.poll()
@@ -828,8 +886,15 @@ class ContainerIsolation:
       chowned to the sandbox user when the verifier runs as root);
     * a fresh tmpfs ``/tmp`` with ``HOME=/tmp/home`` (nothing persists between jobs);
     * a read-only root filesystem, all capabilities dropped, ``no-new-privileges``;
-    * no network, except a serving run's server and client, which share a
-      docker network created ``--internal`` for that one run;
+    * no network: a job's network namespace holds nothing but loopback
+      (``network_mode="none"``). A serving run's client joins its server's
+      namespace (``network_mode="container:<server>"``) and reaches it at
+      ``127.0.0.1``; the verifier polls the server's ``ready_path`` with a
+      probe exec'd in the server's container as ``nobody``. No bridge, no
+      host address, no route: a candidate's server (or a client) reaches
+      nothing on the host, not even a service bound to ``0.0.0.0`` (a
+      ``--internal`` docker network still gives its containers the host's
+      bridge address);
     * the job's own result dir (a host dir created fresh for it, the only
       writable mount) at ``/rsi/run``: ``RSI_RESULT=/rsi/run/result.json``,
       ``RSI_OUTPUT_DIR=/rsi/run/outputs``; an evaluator's input read-only at
@@ -876,6 +941,8 @@ class ContainerIsolation:
         self.user = str(kw.pop("user", "1000:1000"))
         self.env = {str(k): str(v) for k, v in dict(kw.pop("environment", {}) or {}).items()}
         self.base = kw
+        self.netns_owner: dict[str, str] = {}
+        """private network name -> the id of the server container whose namespace it is."""
 
     def pin(self, cpus: str | None, threads: int | None = None) -> None:
         """Every job's container on ``cpus`` (``cpuset_cpus``) with thread
@@ -936,10 +1003,12 @@ class ContainerIsolation:
             name=f"rsi-verify-{job.role}-{uuid.uuid4().hex[:12]}",
             labels={**dict(kw.get("labels") or {}), "rsi-bot.verifier": job.role},
         )
-        if job.network:
-            kw["network"] = job.network
-        else:
-            kw["network_mode"] = "none"
+        kw["network_mode"] = "none"
+        if job.network and job.role != "server":
+            owner = self.netns_owner.get(job.network)
+            if owner is None:
+                raise ValueError(f"private network {job.network!r}: start its server job first")
+            kw["network_mode"] = f"container:{owner}"
         return kw
 
     def start(self, job: Job) -> ContainerHandle:
@@ -952,15 +1021,14 @@ class ContainerIsolation:
 
     @contextlib.contextmanager
     def private_network(self) -> Iterator[str | None]:
-        net = self.client.networks.create(
-            f"rsi-verify-{uuid.uuid4().hex[:12]}", driver="bridge", internal=True,
-            labels={"rsi-bot.verifier": "net"},
-        )  # fmt: skip
+        """The network namespace of the run's server container (no docker
+        network is created): the server starts in its own loopback-only
+        namespace, the client joins it."""
+        name = f"rsi-verify-netns-{uuid.uuid4().hex[:12]}"
         try:
-            yield net.name
+            yield name
         finally:
-            with contextlib.suppress(Exception):
-                net.remove()
+            self.netns_owner.pop(name, None)
 
     def server_port(self) -> int:
         return SERVER_PORT

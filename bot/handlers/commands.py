@@ -6,7 +6,11 @@ from a CommonMark parser (markdown-it-py), as GitHub renders it: lines inside
 fenced code blocks (```` ``` ```` or ``~~~``), indented code blocks (four
 spaces or a tab), ``>`` quotes (lazy continuation lines included) and HTML
 comments do not count. ``/rsi rerun`` on an issue whose body was edited
-after the label runs the edited proposal (the writer's approval of the edit).
+after the label runs the edit the writer approved, bound when the comment was
+made: ``/rsi rerun <digest>`` the text with that digest (the status comment
+shows it), plain ``/rsi rerun`` the issue body in the comment event's payload
+(the issue as it read when the comment was made), never the body as it reads
+when the handler gets to it; an edit after that is held as before.
 The commenter needs write, maintain or admin
 (``role_name``); bots and the bot itself are ignored; a refusal says why.
 Commands are acknowledged with a reaction (+1 done, confused refused).
@@ -31,6 +35,7 @@ MAX_BUDGET = 1000
 MAX_COMMANDS = 10
 
 _CMD_RX = re.compile(r"^ {0,3}/rsi(?=\s|$)(.*)$")
+_DIGEST_RX = re.compile(r"^`?(?:sha256:)?([0-9a-fA-F]{7,64})`?$")
 _HTML_COMMENT_RX = re.compile(r"<!--.*?(-->|\Z)", re.S)
 
 
@@ -93,6 +98,12 @@ def _command(words: list[str], text: str) -> Command:
             return Command(name, args, f"the budget must be between 1 and {MAX_BUDGET} rounds",
                            text)
         return Command(name, (str(n),), None, text)
+    if name == "rerun" and args and _DIGEST_RX.match(args[0]):
+        digest = _DIGEST_RX.match(args[0]).group(1).lower()
+        if len(digest) < render.DIGEST_CHARS:
+            return Command(name, (digest,), f"give the whole digest ({render.DIGEST_CHARS} "
+                           "characters) the status comment shows", text)
+        return Command(name, (digest,), None, text)
     return Command(name, (), None, text)
 
 
@@ -135,7 +146,7 @@ def handle(ctx: Context, event: Any) -> str:
             results.append(f"{cmd.name or cmd.args[0]}: refused ({cmd.error})")
             continue
         done, message = _run(ctx, cmd, repo=repo, number=number, is_pr=is_pr, user=user,
-                             delivery=event.delivery_id)
+                             delivery=event.delivery_id, seen=issue.get("body"))
         ok &= done
         if message:
             replies.reply(ctx, repo, number, render.ack(user, message) if done else
@@ -144,6 +155,30 @@ def handle(ctx: Context, event: Any) -> str:
         results.append(f"{cmd.name}: {'done' if done else 'refused'}")
     _react(ctx, repo, comment_id, "+1" if ok else "confused")
     return "; ".join(results)
+
+
+def _approved_edit(task: Task, digest: str | None, seen: str | None
+                   ) -> tuple[str | None, str | None]:
+    """What ``/rsi rerun`` on the issue approves: (the edit to run, or None to
+    re-verify the candidates; a refusal). With a digest, the text with that
+    digest: the issue as the writer commented on it, or the edit held now. Plain,
+    the issue as the writer commented on it (``seen``, the event's copy), when
+    it differs from the proposal that runs. Never the body as it reads now."""
+    approved = task.proposal or ""
+    if digest:
+        for text in (seen, task.edited_proposal):
+            if text is not None and render.digest_matches(text, digest):
+                return (text if text != approved else None), None
+        if render.digest_matches(approved, digest):
+            return None, None
+        return None, (f"`{digest}` is not the digest of the proposal that runs nor of the issue "
+                      "as you commented on it; the issue was edited again. Read the edit in the "
+                      "status comment and comment `/rsi rerun` with the digest it shows")
+    if seen is None:
+        return None, ("this comment does not say which text of the issue it approves; comment "
+                      "`/rsi rerun` with the digest the status comment shows"
+                      ) if task.edited_proposal is not None else None
+    return (seen if seen != approved else None), None
 
 
 def _react(ctx: Context, repo: str, comment_id: int | None, content: str) -> None:
@@ -161,8 +196,9 @@ def _task_for(ctx: Context, repo: str, number: int, is_pr: bool) -> tuple[Task |
 
 
 def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, user: str,
-         delivery: str) -> tuple[bool, str]:
-    """(done, message to reply, "" for none)."""
+         delivery: str, seen: str | None = None) -> tuple[bool, str]:
+    """(done, message to reply, "" for none). ``seen``: the issue body in the
+    comment event (the text as it read when the writer commented)."""
     if cmd.name == "help":
         return True, render.help_text(ctx.settings.trigger_label)
     task, cand = _task_for(ctx, repo, number, is_pr)
@@ -210,15 +246,19 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
                                                "merged_pr": None, "requested_by": user},
                           lane=lane, key=f"rebaseline:{task.id}:{delivery}")
         return True, "rebaselining on the default branch; open candidates will be re-verified."
-    if cmd.name == "rerun" and not is_pr and task.edited_proposal is not None:
+    edit, why = (_approved_edit(task, cmd.args[0] if cmd.args else None, seen)
+                 if cmd.name == "rerun" and not is_pr else (None, None))
+    if why:
+        return False, why
+    if edit is not None:
         from bot.handlers import labeled
 
-        outcome = labeled.start(ctx, repo, number, body=task.edited_proposal,
+        outcome = labeled.start(ctx, repo, number, body=edit,
                                 title=f"#{number}", labeler=user,
                                 installation_id=task.installation_id, trigger=delivery)
-        return True, ("running the edited proposal, approved by you" +
-                      ("" if outcome.startswith("accepted") else
-                       " (it has problems: see the status comment)") + ".")
+        return True, (f"running the edited proposal `{render.proposal_digest(edit)}`, approved "
+                      "by you" + ("" if outcome.startswith("accepted") else
+                                  " (it has problems: see the status comment)") + ".")
     if cmd.name == "rerun":
         cands = ([cand] if cand is not None
                  else ctx.store.candidates(task.id, state=CandidateState.OPEN))

@@ -29,10 +29,8 @@ def handle(ctx: Context, event: Any) -> str:
     if task is None:
         return "ignored: no task on this issue"
     body = issue.get("body") or ""
-    if body == (task.proposal or ""):
-        ctx.store.update_task(task.id, edited_proposal=None)
-        refresh_status(ctx, task.id)
-        return "edit matches the approved proposal"
-    ctx.store.update_task(task.id, edited_proposal=body)
+    ctx.store.hold_edit(task.id, body)  # none when it is the approved text (one statement)
     refresh_status(ctx, task.id)
+    if body == (task.proposal or ""):
+        return "edit matches the approved proposal"
     return f"edit by {sender_of(p)[0]} held for a writer's approval"

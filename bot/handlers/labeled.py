@@ -56,7 +56,8 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
           installation_id: int | None, trigger: str) -> str:
     """Start (or supersede) the issue's task with ``body``: the proposal exactly
     as the writer approved it (the label event's copy, or the edit a writer ran
-    with ``/rsi rerun``), never the issue as it is when a worker gets to it."""
+    with ``/rsi rerun``), never the issue as it is when a worker gets to it. An
+    edit held now that is not ``body`` stays held (``Store.approve_proposal``)."""
     task = ctx.store.start_task(repo, number, labeler=labeler, installation_id=installation_id,
                                 trigger=trigger)
     obs.bind_task(task.id)
@@ -73,15 +74,15 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
         except SpecError as e:
             errors = list(e.errors)
     if errors:
-        ctx.store.update_task(task.id, generation=task.generation, state=TaskState.INVALID,
-                              summary=None, proposal=body, edited_proposal=None)
+        ctx.store.approve_proposal(task.id, body, generation=task.generation,
+                                   state=TaskState.INVALID, summary=None)
         refresh_status(ctx, task.id, errors=errors)
         return f"invalid: {len(errors)} error(s)"
     summary = render.task_summary(spec)
     budget = getattr(getattr(spec, "agent", None), "rounds", None)
-    ctx.store.update_task(task.id, generation=task.generation, state=TaskState.QUEUED,
-                          summary=summary, proposal=body, edited_proposal=None, budget=budget,
-                          b0_sha=None, bk_sha=None)
+    ctx.store.approve_proposal(task.id, body, generation=task.generation,
+                               state=TaskState.QUEUED, summary=summary, budget=budget,
+                               b0_sha=None, bk_sha=None)
     checks.supersede(ctx, task)
     checks.queue_job(ctx, ctx.store.task(task.id), JobKind.RUN_TASK,
                      {"task_id": task.id, "generation": task.generation},

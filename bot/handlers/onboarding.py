@@ -7,8 +7,9 @@ Called by :mod:`bot.handlers.installation` for ``installation.created`` and
 
 * a config on the default branch, or any PR (open or closed) from
   ``rsi/onboarding``: nothing to do (a closed one means "no, thanks");
-* else: a shallow clone, :func:`harness.onboard.detect` on it (reads only
-  regular files, never through links), the files committed on
+* else: a shallow clone, :func:`harness.onboard.detect` on its git tree (reads
+  only regular blobs from git, never the checkout: a committed symlink, to a
+  file or a directory, is never followed), the files committed on
   ``rsi/onboarding`` (force-pushed: a rerun makes the same branch) and a PR.
 
 A repository that cannot be reached is skipped with the reason; transient
@@ -114,7 +115,7 @@ def _push_branch(ctx: Context, repo: str, base: str) -> Detected:
         clone = Path(tmp) / "clone"
         git(tmp, "clone", "--quiet", "--depth", "1", "--branch", base, remote.url, str(clone),
             env=env)
-        found = detect(clone)
+        found = detect(clone, ref="HEAD")  # the git tree: no link in it is followed
         git(clone, "checkout", "--quiet", "-B", BRANCH)
         write_files(clone, render_files(_answers(found)), force=True)
         git(clone, "add", "--", *FILES)

@@ -135,6 +135,30 @@ def test_detect_prefers_scripts_that_write_the_result(tmp_path):
     assert d.metrics == {"req_per_s": "higher", "p95_latency_ms": "lower"}
 
 
+def test_detect_never_reads_through_a_linked_directory(tmp_path):
+    """Issue 18: in a checkout (rsi init) a path through a symlinked directory is
+    not read; in a git tree (the bot) the link is a blob and its target unseen."""
+    import os
+    import subprocess
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "run.py").write_text('{"metrics": {"leaked": 1}}  # RSI_RESULT\n')
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    os.symlink(outside, repo / "bench")
+    (repo / "benchmarks").mkdir()
+    (repo / "benchmarks" / "own.py").write_text('{"metrics": {"qps": 1}}  # RSI_RESULT\n')
+    assert detect(repo).command == "python benchmarks/own.py"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-qm", "x"], check=True)
+    (repo / "benchmarks" / "own.py").write_text("# not committed: the tree is read\n")
+    d = detect(repo, ref="HEAD")
+    assert d.command == "python benchmarks/own.py" and d.metrics == {"qps": "higher"}
+
+
 def test_config_check_exit_codes_and_file_line(tmp_path):
     repo = _target(tmp_path)
     assert rsi("init", "--repo", str(repo), "--yes").exit_code == 0

@@ -21,6 +21,11 @@ def names(body):
     ("/rsi RERUN", [("rerun", (), False)]),
     ("   /rsi rerun", [("rerun", (), False)]),  # up to 3 spaces: still a paragraph
     ("/rsi rerun please, thanks", [("rerun", (), False)]),
+    # a digest binds the rerun to one text: 32 hex characters at least (a prefix
+    # an author could collide on is refused, not taken as a filler word)
+    ("/rsi rerun " + "A1" * 16, [("rerun", ("a1" * 16,), False)]),
+    ("/rsi rerun `sha256:" + "0f" * 32 + "`", [("rerun", ("0f" * 32,), False)]),
+    ("/rsi rerun deadbeef12", [("rerun", ("deadbeef12",), True)]),
     ("Looks good.\r\n/rsi rerun\r\nthanks", [("rerun", (), False)]),
     # not line-anchored
     ("please /rsi rerun", []),

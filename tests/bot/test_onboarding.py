@@ -144,3 +144,22 @@ def test_onboarding_off_opens_nothing(make_bot, make_repo, fake_github, tmp_path
     d = bot.deliver(_created(fake_github, [repo]))
     assert bot.result_of(d).startswith("installation") and "onboarding" not in bot.result_of(d)
     assert _onboarding_pulls(fake_github, repo) == []
+
+
+def test_a_committed_symlinked_directory_is_not_read(make_bot, make_repo, fake_github, tmp_path):
+    """Issue 18: ``bench -> /some/host/dir`` committed as a link. Detection reads
+    the git tree, where ``bench`` is a link blob and ``bench/*.py`` does not
+    exist: nothing of the host directory reaches the onboarding PR."""
+    outside = tmp_path / "host-dir"
+    outside.mkdir()
+    (outside / "run.py").write_text('{"metrics": {"leaked_host_secret": 1}}  # RSI_RESULT\n')
+    src = _seed(tmp_path, "d", {"README.md": "x\n", "Makefile": "bench:\n\tpython x.py\n"})
+    os.symlink(outside, src / "bench")
+    repo = make_repo(src, full_name="acme/dirlink")
+    bot = make_bot(FakeHarness())
+    d = bot.deliver(_created(fake_github, [repo]))
+    assert f"{repo}: opened #" in bot.result_of(d)
+    [pr] = _onboarding_pulls(fake_github, repo)
+    config = fake_github.git(repo, "show", f"{BRANCH}:{CONFIG_PATH}")
+    assert "leaked_host_secret" not in pr.body + config and "bench/run.py" not in pr.body
+    assert "`make bench` was detected" in pr.body  # the Makefile, a real blob, still counts

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from bot import render
@@ -181,3 +183,18 @@ def test_check_progress_text_and_task_check():
         == "cancelled"
     assert render.task_check("failed", rounds_done=0, budget=None, candidates=[])["conclusion"] \
         == "neutral"
+
+
+def test_a_digest_matches_its_text_only_in_full():
+    text = "### Minimum gain\n\n5%\n"
+    d = render.proposal_digest(text)
+    assert len(d) == render.DIGEST_CHARS and render.digest_matches(text, d)
+    assert render.digest_matches(text, hashlib.sha256(text.encode()).hexdigest())
+    assert not render.digest_matches(text, d[:12]) and not render.digest_matches(text + " ", d)
+
+
+def test_a_proposal_with_thousands_of_problems_says_how_many_are_not_shown():
+    errors = [f"proposal guard {i} (m): max_ratio must be a number" for i in range(3000)]
+    text = render.status_comment(state="invalid", errors=errors)
+    assert len(text) < render.COMMENT_LIMIT and "cut to fit" not in text
+    assert f"**{3000 - render.MAX_ERRORS_SHOWN:,} more problem(s) not shown here**" in text

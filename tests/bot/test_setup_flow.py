@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import stat
 from pathlib import Path
@@ -123,6 +124,69 @@ def test_existing_credentials_are_never_replaced(fake_github, tmp_path):
     r = client.get("/setup", params={"code": fake_github.manifest_code(manifest), "state": state})
     assert r.status_code == 502 and "already set up" in r.text
     assert (out / "app.env").read_text() == "RSI_GITHUB_APP_ID=1\n"
+
+
+NOBODY = 65534
+
+
+def _created(fake_github, flow: SetupFlow) -> tuple[TestClient, int, str]:
+    """The flow up to GitHub's redirect: (client, its status, its page)."""
+    client = TestClient(setup_app(flow))
+    state, manifest = _form(client, flow)
+    r = client.get("/setup", params={"code": fake_github.manifest_code(manifest), "state": state})
+    return client, r.status_code, r.text
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="planting a file owned by another user needs root (chown)")
+def test_a_planted_key_file_or_someone_elses_directory_is_refused(fake_github, tmp_path):
+    """Issue 18: the App's key is never written into a file or a directory another
+    user prepared (they could read it there)."""
+    out = tmp_path / "planted"
+    out.mkdir(mode=0o700)
+    pem = out / "private-key.pem"
+    pem.write_text("mine\n")
+    os.chmod(pem, 0o666)
+    os.chown(pem, NOBODY, NOBODY)
+    _, status, text = _created(fake_github, SetupFlow(api_url=fake_github.url,
+                                                      public_url=PUBLIC, out=out))
+    assert status == 502 and "private-key.pem exists already" in text
+    assert pem.read_text() == "mine\n" and not (out / "app.env").exists()
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, NOBODY, NOBODY)
+    _, status, text = _created(fake_github, SetupFlow(api_url=fake_github.url,
+                                                      public_url=PUBLIC, out=theirs))
+    assert status == 502 and f"owned by user {NOBODY}" in text
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_symlinked_or_shared_directory_is_refused(fake_github, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    _, status, text = _created(fake_github, SetupFlow(api_url=fake_github.url,
+                                                      public_url=PUBLIC, out=link))
+    assert status == 502 and "not a plain directory" in text and list(target.iterdir()) == []
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    _, status, text = _created(fake_github, SetupFlow(api_url=fake_github.url,
+                                                      public_url=PUBLIC, out=shared))
+    assert status == 502 and "writable by others" in text and list(shared.iterdir()) == []
+
+
+def test_the_console_token_opens_the_form_once(fake_github, tmp_path):
+    flow = SetupFlow(api_url=fake_github.url, public_url=PUBLIC, out=tmp_path / "o")
+    client = TestClient(setup_app(flow))
+    state, manifest = _form(client, flow)
+    again = client.get("/setup", params={"token": flow.token})  # e.g. a leaked link
+    assert again.status_code == 403 and "action=" not in again.text
+    r = client.get("/setup", params={"code": fake_github.manifest_code(manifest), "state": state})
+    assert r.status_code == 200  # the first form still completes
+    assert stat.S_IMODE((tmp_path / "o").stat().st_mode) == 0o700
 
 
 def test_a_configured_service_shows_only_a_status_page(bot_settings, tmp_path):

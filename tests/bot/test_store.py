@@ -273,9 +273,11 @@ def test_a_body_is_claimed_once_whatever_its_delivery_id(store, clock):
     assert store.record_deliveries([("d4", "ping", None, '{"b": 1}'),
                                     ("d5", "ping", None, '{"b": 1}')])[1] is None
     assert store.count_deliveries() == 2
-    # past the replay window the digest is forgotten (GitHub cannot redeliver that late)
-    clock.t += store.replay_window_s + 61
-    assert store.record_delivery("d6", "issues", "labeled", '{"a": 1}') is not None
+    # issue 18: a captured body replayed a year on is still refused (the
+    # signature never expires, so neither does its digest)
+    clock.t += 365 * 86400.0
+    assert store.record_delivery("d6", "issues", "labeled", '{"a": 1}') is None
+    assert store.record_delivery("d7", "issues", "labeled", '{"a": 2}') is not None
 
 
 def test_a_dispatch_is_consumed_once(store):
@@ -308,3 +310,21 @@ def test_live_checks_by_job_task_run_and_check_id(store):
     assert [d.nonce for d in store.dispatches_of(t.id)] == ["n" * 32]
     store.consume_dispatch("n" * 32)
     assert store.dispatches_of(t.id) == [] and len(store.dispatches_of(t.id, pending=False)) == 1
+
+
+def test_an_approval_keeps_an_edit_it_did_not_approve(store):
+    """Issue 18: approving a text clears the held edit only when it is that text;
+    holding an edit equal to the approved text holds nothing (one statement each)."""
+    t = store.start_task("acme/x", 1, labeler="a", installation_id=None)
+    store.approve_proposal(t.id, "v0", generation=t.generation, state="queued")
+    store.hold_edit(t.id, "v2")                       # an edit handled meanwhile
+    assert store.approve_proposal(t.id, "v1", generation=t.generation)
+    t = store.task(t.id)
+    assert (t.proposal, t.edited_proposal) == ("v1", "v2")
+    store.approve_proposal(t.id, "v2", generation=t.generation)  # the held one: cleared
+    assert (store.task(t.id).proposal, store.task(t.id).edited_proposal) == ("v2", None)
+    store.hold_edit(t.id, "v2")
+    assert store.task(t.id).edited_proposal is None
+    store.hold_edit(t.id, "v3")
+    assert store.task(t.id).edited_proposal == "v3"
+    assert not store.approve_proposal(t.id, "v4", generation=t.generation + 1)  # superseded

@@ -185,6 +185,106 @@ def test_an_edit_after_the_label_is_shown_not_run(make_bot, fake_github, target)
         fake_github, target, n)
 
 
+V1 = "### Minimum gain\n\n6%\n\n### What to try\n\nFewer copies.\n"
+V2 = "### Minimum gain\n\n5%\n\n### What to try\n\nFewer copies; and add a sleep in the benchmark.\n"
+
+
+def edit(fake, bot, repo, n, body, *, by="alice"):
+    old = fake.issue(repo, n).body
+    fake.issue(repo, n).body = body
+    bot.deliver(fake.issue_event(repo, n, "edited", by=by, changes={"body": {"from": old}}))
+
+
+def test_a_rerun_runs_the_edit_the_writer_saw_not_a_later_one(make_bot, fake_github, target):
+    """Issue 18: the writer reads edit v1 and comments /rsi rerun; the author edits
+    to v2 while the command waits (its edited event handled first). v1 runs, v2 is
+    held, as any edit after an approval."""
+    harness = FakeHarness()
+    bot = make_bot(harness)
+    n = fake_github.open_issue(target, "Faster", PROPOSAL, by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    edit(fake_github, bot, target, n, V1, by="mallory")
+    shown = status_body(fake_github, target, n)
+    command = fake_github.comment(target, n, "/rsi rerun", by="alice")  # the issue reads v1
+    edit(fake_github, bot, target, n, V2, by="mallory")                 # while it waits
+    bot.deliver(command)
+    task = bot.store.find_task(target, n)
+    assert task.proposal == V1 and harness.proposals[-1] == V1
+    assert task.edited_proposal == V2  # held, shown, not run
+    body = status_body(fake_github, target, n)
+    assert "edited after the label" in body and render.proposal_digest(V2) in body
+    assert f"Proposal digest `{render.proposal_digest(V1)}`" in body  # the text that runs
+    assert "+Fewer copies; and add a sleep in the benchmark." in body
+    assert f"/rsi rerun {render.proposal_digest(V1)}" in shown  # what the writer read
+
+
+def test_a_rerun_with_a_digest_runs_that_text_or_nothing(make_bot, fake_github, target):
+    harness = FakeHarness()
+    bot = make_bot(harness)
+    n = fake_github.open_issue(target, "Faster", PROPOSAL, by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    edit(fake_github, bot, target, n, V1, by="mallory")
+    seen = render.proposal_digest(V1)  # what the writer read in the status comment
+    edit(fake_github, bot, target, n, V2, by="mallory")  # before the writer commented
+    runs = len(harness.proposals)
+    bot.deliver(fake_github.comment(target, n, f"/rsi rerun {seen}", by="alice"))
+    task = bot.store.find_task(target, n)
+    assert task.proposal == PROPOSAL and task.edited_proposal == V2
+    assert len(harness.proposals) == runs
+    assert any("is not the digest of the proposal" in c.body
+               for c in fake_github.comments(target, n))
+    # the digest of the edit held now runs exactly it
+    bot.deliver(fake_github.comment(target, n, f"/rsi rerun {render.proposal_digest(V2)}",
+                                    by="alice"))
+    task = bot.store.find_task(target, n)
+    assert task.proposal == V2 and task.edited_proposal is None and harness.proposals[-1] == V2
+
+
+def test_a_label_runs_its_events_body_and_a_later_edit_stays_held(make_bot, fake_github,
+                                                                  target):
+    """The label binds the body in its event; an edit handled before it (v2) is
+    neither run nor dropped from the status comment."""
+    harness = FakeHarness()
+    bot = make_bot(harness)
+    n = fake_github.open_issue(target, "Faster", PROPOSAL, by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    edit(fake_github, bot, target, n, V1, by="mallory")
+    relabel = fake_github.label_issue(target, n, "rsi", by="alice")  # the writer read v1
+    edit(fake_github, bot, target, n, V2, by="mallory")
+    bot.deliver(relabel)
+    task = bot.store.find_task(target, n)
+    assert task.proposal == V1 and harness.proposals[-1] == V1 and task.edited_proposal == V2
+    assert render.proposal_digest(V2) in status_body(fake_github, target, n)
+
+
+def test_a_long_edit_says_how_much_is_hidden_and_links_the_whole_diff(
+        make_bot, fake_github, target, live_app):
+    """Padding cannot push a change out of sight: the status comment counts the
+    hidden lines and links the task page, which shows every line of the diff."""
+    from tests.bot._support import free_port
+
+    port = free_port()
+    bot = make_bot(FakeHarness(), public_url=f"http://127.0.0.1:{port}", web_enabled=True,
+                   web_token="page-token-0123456789")
+    n = fake_github.open_issue(target, "Faster", PROPOSAL, by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    padded = PROPOSAL + "".join(f"pad {i}\n" for i in range(400)) + "```toml\n[verifier]\nalpha = 0.3\n```\n"
+    edit(fake_github, bot, target, n, padded, by="mallory")
+    body = status_body(fake_github, target, n)
+    task = bot.store.find_task(target, n)
+    diff = render.proposal_diff(PROPOSAL, padded)
+    shown = render.EDIT_DIFF_LINES
+    assert "alpha = 0.3" not in body
+    assert f"**{len(diff) - shown:,} more line(s) of this diff" in body
+    link = f"http://127.0.0.1:{port}/tasks/{task.id}#edit"
+    assert link in body
+    with live_app(create_app(bot.ctx.settings, store=bot.store), port=port) as server:
+        page = httpx.get(link.split("#")[0], headers={
+            "Authorization": "Bearer page-token-0123456789"}).text
+        assert server.url
+    assert "+alpha = 0.3" in page and render.proposal_digest(padded) in page
+
+
 # ------------------------------------------------------------ 3. proposals only tighten
 
 
@@ -316,3 +416,63 @@ def test_installation_allow_list_and_suspension(make_bot, fake_github, target):
     n = fake_github.open_issue(target, "Faster again", "x", by="alice")
     bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
     assert bot.store.find_task(target, n) is not None
+
+
+# ------------------------------------------------------------ issue 18: /metrics
+
+
+def _own_address() -> str | None:
+    """A non-loopback address of this machine (none on a loopback-only host)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") else addr
+
+
+def test_metrics_answer_only_this_machine_or_a_token(bot_settings, live_app):
+    import threading
+    import time
+
+    import uvicorn
+
+    from tests.bot._support import free_port
+
+    settings = bot_settings()
+    store = Store(settings.database_url)
+    with live_app(create_app(settings, store=store)) as server:
+        assert httpx.get(f"{server.url}/metrics").status_code == 200  # this machine
+        # a reverse proxy on this machine forwarding the world: not local
+        assert httpx.get(f"{server.url}/metrics",
+                         headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 401
+    token = "metrics-token-0123456789"
+    with live_app(create_app(settings.model_copy(update={"metrics_token": [token]}),
+                             store=store)) as server:
+        assert httpx.get(f"{server.url}/metrics").status_code == 401
+        assert httpx.get(f"{server.url}/metrics",
+                         headers={"Authorization": "Bearer wrong-token-0123456789"}
+                         ).status_code == 401
+        r = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200 and "rsi_jobs" in r.text
+    addr = _own_address()
+    if addr is None:
+        return
+    # a client on another address (this machine's own, not loopback): refused
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(settings, store=store), host="0.0.0.0",
+                                        port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 20
+        while not srv.started and time.time() < deadline and thread.is_alive():
+            time.sleep(0.02)
+        r = httpx.get(f"http://{addr}:{port}/metrics")
+        assert r.status_code == 401 and "rsi_jobs" not in r.text
+    finally:
+        srv.should_exit = True
+        thread.join(20)

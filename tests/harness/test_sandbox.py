@@ -15,6 +15,7 @@ from harness import sandbox
 from harness.egress import EGRESS_IMAGE, EgressInfo, host_pattern, tinyproxy_config
 from harness.sandbox import Mount, SandboxJob, container_kwargs, python_mounts
 from harness.spec import RunnerProfile
+from tests.netprobe import REACH, HostListener
 
 PY = sys.executable
 
@@ -311,3 +312,47 @@ def test_agent_reaches_only_its_allowed_hosts(model_api):
 def test_network_job_without_hosts_is_an_error_not_a_bridge():
     res = sandbox.run(py_job("print('ran')", network=True), RunnerProfile())
     assert not res.ok and "at least one allowed host" in (res.error or ""), res
+
+
+HOST_PROBE = REACH + """
+spec = json.loads(os.environ["HOST_SPEC"])
+import urllib.request
+with urllib.request.build_opener(urllib.request.ProxyHandler()).open(
+        "http://model-api.test:8080/hello.txt", timeout=10) as r:
+    proxied = [r.status, r.read().decode()[:40]]
+try:  # IPv6: the host's bridge keeps a link-local address; the agent must have none to use it
+    inet6 = [line.split()[-1] for line in open("/proc/net/if_inet6") if line.split()[-1] != "lo"]
+except OSError:
+    inet6 = []
+print("RESULT " + json.dumps({"proxied": proxied, "host": reach(spec["hosts"], spec["port"]),
+                              "inet6": inet6}))
+"""
+
+
+@pytest.mark.docker
+def test_an_agent_reaches_its_proxy_and_nothing_on_the_host(model_api):
+    """Attack: an agent connects, around its proxy, to a service on the runner
+    bound to 0.0.0.0, at every host address and at its network's gateway. A
+    plain ``--internal`` network gave it the host's bridge address (and docker0's
+    through the host's INPUT chain); a bridge without a host address gives it
+    nothing, while the proxy still answers."""
+    import json
+
+    listener = HostListener()
+    try:
+        listener.sanity_check()
+        hosts = listener.addresses()  # once: other sessions add and remove docker networks
+        spec = json.dumps({"hosts": hosts, "port": listener.port})
+        job = py_job(HOST_PROBE, network=True, timeout_s=120, env={"HOST_SPEC": spec})
+        res = sandbox.run(job, RunnerProfile(allowed_hosts=["model-api.test"]),
+                          upstream_networks=[model_api])
+        assert res.ok, res
+        line = next(x for x in res.output.splitlines() if x.startswith("RESULT "))
+        out = json.loads(line[len("RESULT "):])
+        assert out["proxied"] == [200, "hello from the model api"], out
+        assert set(out["host"]) > set(hosts), out  # the gateway was tried too
+        assert "reached" not in out["host"].values(), out
+        assert out["inet6"] == [], out  # no IPv6 interface: no link-local route to the bridge either
+        assert len(listener.accepted) == 1, listener.accepted  # the sanity check's only
+    finally:
+        listener.close()

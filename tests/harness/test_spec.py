@@ -187,7 +187,7 @@ def test_unknown_runner_profile():
 
 def test_invalid_toml():
     errs = errors_of(REPO_CONFIG, "```toml\n[objective\n```")
-    assert errs[0].startswith("proposal toml block 1: not valid TOML")
+    assert errs[0].startswith("proposal toml block 1 (from line 2 of the issue): not valid TOML")
     with pytest.raises(SpecError) as exc:
         build_task("[x", None, "t")
     assert exc.value.errors[0].startswith(".rsi/config.toml: not valid TOML")
@@ -409,3 +409,103 @@ def test_proposal_structure_is_commonmarks_not_line_patterns():
     assert p.errors == []
     assert p.overrides == {"objective": {"min_gain": 0.03}, "agent": {"rounds": 2}}
     assert p.notes.startswith("Idea:\nFuse the kernels.")
+
+
+# ------------------------------------- every guard kind only tightens (issue 18)
+
+WAVEFORM = REPO_CONFIG + """
+[[quality]]
+kind = "waveform"
+files = "*.wav"
+min_snr_db = 40.0
+
+[[quality]]
+kind = "tensor"
+files = "*.npy"
+dtype = "fp16"
+"""
+
+
+@pytest.mark.parametrize("block, expect", [
+    # the attack: SNR bound 40 dB -> -100 dB, and the glob narrowed to one file
+    ("[[quality]]\nkind = 'waveform'\nfiles = '*.wav'\nmin_snr_db = -100.0",
+     "lowers min_snr_db from 40.0 to -100.0"),
+    ("[[quality]]\nkind = 'waveform'\nfiles = 'silence.wav'\nmin_snr_db = 40.0",
+     "changes files from '*.wav' to 'silence.wav' (files is fixed"),
+    ("[[quality]]\nkind = 'waveform'\nmin_snr_db = '90'", "min_snr_db must be a number, not str"),
+    ("[[quality]]\nkind = 'tensor'\nfiles = '*.npy'\ndtype = 'bf16'",
+     "changes dtype from 'fp16' to 'bf16' (dtype is fixed"),
+    # fields the guard does not have are refused by name, not silently carried
+    ("[[quality]]\nkind = 'waveform'\nfiles = '*.wav'\nmin_snr_db = 40.0\nskip = true",
+     "'skip' is not a field of this guard"),
+    ("[[guards]]\nmetric = 'wall_s'\nmax_ratio = 1.0\nwhen = 'never'",
+     "'when' is not a field of this guard"),
+    ("[[guards]]\nmetric = 'wall_s'\nmax_ratio = 1.0\ndefault = true",
+     "'default' is set by the verifier, not by a proposal"),
+])
+def test_every_guard_kind_only_tightens(block, expect):
+    errs = errors_of(WAVEFORM, toml_proposal(block))
+    assert any(expect in e for e in errs), errs
+
+
+def test_a_tighter_waveform_guard_passes_and_the_registry_names_real_fields():
+    from harness.merge import GUARD_FIELDS, QUALITY_FIELDS
+    from verifier.config import Guard, QualityGuard
+
+    spec = build_task(WAVEFORM, toml_proposal(
+        "[[quality]]\nkind = 'waveform'\nfiles = '*.wav'\nmin_snr_db = 55.0"), "t")
+    wave = next(q for q in spec.verify.quality if q.kind == "waveform")
+    assert (wave.files, wave.min_snr_db) == ("*.wav", 55.0)
+    assert set(GUARD_FIELDS) == set(Guard.model_fields)
+    assert set(QUALITY_FIELDS) < set(QualityGuard.model_fields)
+    assert set(QualityGuard.model_fields) - set(QUALITY_FIELDS) == {"files", "dtype", "reference"}
+
+
+# ------------------------------- every parse failure is a SpecError (issue 18)
+
+DEEP = 5000
+
+
+@pytest.mark.parametrize("block", [
+    "x = " + "[" * DEEP + "]" * DEEP,                      # RecursionError in tomllib
+    "x = " + "{a=" * DEEP + "1" + "}" * DEEP,
+    "[" + ".".join(["a"] * DEEP) + "]\nx = 1",             # deep without recursion, then
+    "[verifier.alpha" + ".a" * DEEP + "]\nx = 1",          # repr/merge recursed on it
+    "[[guards]]\nmetric = 'wall_s'\nmax_ratio." + ".".join(["a"] * DEEP) + " = 1",
+    "[agent]\nrounds = " + "9" * DEEP,                     # int() digit limit: ValueError
+])
+def test_every_parse_failure_of_a_proposal_is_a_spec_error(block):
+    body = toml_proposal(block) + "\n" + toml_proposal(block)  # two blocks: merged deep
+    with pytest.raises(SpecError) as e:
+        build_task(REPO_CONFIG, body, "t")
+    assert all(line.startswith("proposal") and len(line) < 300 for line in e.value.errors)
+    if not block.startswith("[agent]"):  # each block named with where it starts
+        assert [x.split(":")[0] for x in e.value.errors] == [
+            "proposal toml block 1 (from line 4 of the issue)",
+            f"proposal toml block 2 (from line {toml_proposal(block).count(chr(10)) + 5} of "
+            "the issue)"]
+
+
+def test_proposal_fuzz_only_ever_raises_spec_error():
+    """Seeded mutations of a valid proposal: each either builds or is a SpecError
+    whose every line is a non-empty message (no other exception escapes)."""
+    import random
+
+    rnd = random.Random(18)
+    pieces = ["```toml\n", "```\n", "### Guards\n", "### Minimum gain\n", "### Rounds\n",
+              "[verifier]\n", "[[guards]]\n", "[[quality]]\n", "alpha = ", "max_ratio = ",
+              "metric = 'wall_s'\n", "kind = 'waveform'\n", "min_snr_db = ", "files = ", "[",
+              "]", "{", "}", "=", "'", '"', "\n", "1e400", "nan", "-inf", "9" * 4400, "> ",
+              "- ", "<!--", "\t", "\r", "\x00", "\u2028", "\ufeff", "1.5x", "<= ", "%",
+              "[a" + ".a" * 300 + "]\n", "x = " + "[" * 400, "]" * 400, "true", "1979-05-27"]
+    base = ISSUE_FORM + toml_proposal("[verifier]\nalpha = 0.01\n[[guards]]\nmetric = 'wall_s'\n"
+                                      "max_ratio = 1.1")
+    for _ in range(300):
+        body = base
+        for _ in range(rnd.randint(1, 8)):
+            at = rnd.randint(0, len(body))
+            body = body[:at] + rnd.choice(pieces) + body[at + rnd.randint(0, 3):]
+        try:
+            build_task(REPO_CONFIG, body, "t")
+        except SpecError as e:
+            assert e.errors and all(isinstance(x, str) and x.strip() for x in e.errors)

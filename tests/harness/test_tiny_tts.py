@@ -206,7 +206,7 @@ def test_evaluator_refuses_other_formats(tmp_path):
 def test_client_counts_every_request_as_failed_without_a_server(tmp_path):
     client = _bench_module("client")
     res = client.run("http://127.0.0.1:9", ["the cat", "a dog"], 2, tmp_path / "out", timeout_s=5)
-    assert res["counts"] == {"requests": 2, "failed": 2} and res["metrics"]["throughput"] == 0.0
+    assert res["counts"] == {"requests": 2, "failed": 2, "stalled": 0} and res["metrics"]["throughput"] == 0.0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["req-000.wav", "req-001.wav"]
 
 
@@ -267,8 +267,7 @@ def test_engine_streams_deterministic_tone_pair_audio(monkeypatch):
     model = _tiny_tts_module("tiny_tts.model")
     pipeline = _tiny_tts_module("tiny_tts.pipeline")
     m = model.build(seed=0)
-    ref = model.reference_audio(seed=0)
-    with pipeline.TTSServer(m, ref) as engine:
+    with pipeline.TTSServer(m) as engine:
         chunks = list(engine.synthesize("the small red boat sings"))
         again = list(engine.synthesize("the small red boat sings"))
     codes = [c for ch in chunks for c in ch.codes]
@@ -292,6 +291,49 @@ def test_engine_streams_deterministic_tone_pair_audio(monkeypatch):
 
 
 @pytest.mark.torch
+def test_the_audio_is_the_models_work_for_each_requests_speaker(monkeypatch):
+    """Issue 17.3, the tabulation attack: the decoder emits the aligned token,
+    so without speakers a table token -> PCM frame reproduced the audio with no
+    model at all. Every request now names its speaker (the client's, drawn from
+    the hidden seed): the same text and speaker give the same audio, another
+    speaker other audio (the words still heard), and a table of token audio
+    built from other speakers' requests is far below the waveform guard."""
+    import tomllib
+
+    monkeypatch.delenv("RSI_KERNEL_ROPE", raising=False)
+    model = _tiny_tts_module("tiny_tts.model")
+    pipeline = _tiny_tts_module("tiny_tts.pipeline")
+    text = "the small red boat sings"
+    styles = vocab.styles(3, seed=5)
+    assert len(set(styles)) == 3 and styles == vocab.styles(3, seed=5)
+    with pipeline.TTSServer(model.build(seed=0)) as engine:
+        def pcm(txt: str, style: int) -> np.ndarray:
+            chunks = list(engine.synthesize(txt, style))
+            return np.frombuffer(b"".join(c.pcm for c in chunks), dtype="<i2") / 32767.0
+
+        a, again, b = pcm(text, styles[0]), pcm(text, styles[0]), pcm(text, styles[1])
+        # the attacker's table: token -> frame, learnt from every frame of other requests
+        table = {}
+        for style in (0, styles[2]):
+            for word in text.split():
+                frames = pcm(word, style).reshape(-1, model.HOP)
+                for f, tok in zip(frames, _tokens(word), strict=True):
+                    table[tok] = f
+    assert np.array_equal(a, again)  # deterministic per (text, speaker): Bk is repeatable
+    assert evaluate.transcribe(a)[0] == evaluate.transcribe(b)[0] == text
+    replay = np.concatenate([table[t] for t in _tokens(text)])
+    assert evaluate.transcribe(replay)[0] == text  # the words survive: only the waveform guard can tell
+
+    def snr(x, y):
+        return float(10 * np.log10((x ** 2).sum() / ((x - y) ** 2).sum()))
+
+    cfg = tomllib.loads((EXAMPLE / ".rsi" / "config.toml").read_text())
+    (wave_guard,) = [q for q in cfg["quality"] if q["kind"] == "waveform"]
+    assert snr(a, b) < wave_guard["min_snr_db"]
+    assert snr(a, replay) < wave_guard["min_snr_db"]
+
+
+@pytest.mark.torch
 def test_server_client_and_evaluator_follow_the_protocol(tmp_path):
     from verifier.protocol import load_result
 
@@ -312,8 +354,9 @@ def test_server_client_and_evaluator_follow_the_protocol(tmp_path):
         server.close()
     (tmp_path / "r.json").write_text(json.dumps(res))
     loaded = load_result(tmp_path / "r.json", expected_metrics=["throughput", "rtf"])
-    assert loaded.counts == {"requests": 5, "failed": 0} and loaded.metrics["throughput"] > 0
-    assert len(loaded.samples["latency_s"]) == len(loaded.samples["ttfa_s"]) == 5
+    assert loaded.counts["requests"] == 5 and loaded.counts["failed"] == 0 and loaded.metrics["throughput"] > 0
+    assert len(loaded.samples["latency_s"]) == len(loaded.samples["ttfa_s"]) == len(loaded.samples["stall_s"]) == 5
+    assert all(s >= 0 for s in loaded.samples["stall_s"])
     assert all(t < lat for t, lat in zip(loaded.samples["ttfa_s"], loaded.samples["latency_s"], strict=True))
     assert loaded.outputs["audio_samples"] == [len(_tokens(t)) * vocab.HOP for t in texts]
     heard = evaluate.evaluate(tmp_path / "wav")["outputs"]

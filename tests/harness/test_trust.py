@@ -405,3 +405,95 @@ def test_any_bytes_the_agent_writes_are_taken_not_crashed_on(repo: Path, tmp_pat
     (c,) = res.candidates
     assert c.sha and "app/latin1.py" in sh(repo, "ls-tree", "-r", "--name-only", c.sha)
     assert c.decision in ("accept", "reject"), c.reason
+
+
+# ------------------------------------------------------------- the measuring code (issue 17.6)
+
+SERVING_CONFIG = '''\
+[benchmarks.speed]
+command = "{python} bench/run.py"
+timeout_s = 60
+
+[benchmarks.speed.metrics]
+throughput = "higher"
+
+[benchmarks.served]
+serve = "{python} -m app.server --port 0"
+ready_path = "/health"
+client = "{python} tools/client.py"
+evaluator = "{python} -m scoring.judge"
+timeout_s = 60
+
+[benchmarks.served.metrics]
+throughput = "higher"
+
+[objective]
+benchmark = "speed"
+metric = "throughput"
+min_gain = 0.1
+
+[verifier]
+warmup = 0
+
+[policy]
+editable = ["**"]
+protected = ["tests/**"]
+max_changed_lines = 50
+'''
+
+
+@pytest.mark.parametrize("path", [
+    "tools/client.py",        # the client script
+    "tools/prompts.py",       # what the client imports from its folder
+    "scoring/judge.py",       # the evaluator, module form
+    "scoring/__init__.py",    # runs before it
+    "app/server.py",          # the server's entry point, module form
+    "bench/run.py",           # an in-process command (protected before too)
+])
+def test_an_agent_edit_of_the_measuring_code_is_a_policy_reject(tmp_path: Path, path: str):
+    """Attack: a config that protects only ``tests/**`` and lets the agent edit
+    everything; the agent makes a real speedup and also edits the code that
+    measures it. Every file a benchmark's command, setup, serve, client or
+    evaluator names (script or module form) is protected by default: the round
+    is a policy reject naming the file, and the verifier never runs."""
+    from .target import make_target
+
+    repo = make_target(tmp_path, python=sys.executable, config=SERVING_CONFIG)
+    for f in ("tools/client.py", "tools/prompts.py", "scoring/__init__.py", "scoring/judge.py",
+              "app/server.py"):
+        (repo / f).parent.mkdir(parents=True, exist_ok=True)
+        (repo / f).write_text("# measuring code\n")
+    commit_all(repo, "serving benchmark")
+
+    def plant(tree: Path, scratch: Path):
+        (tree / path).write_text("# the agent's own yardstick\n")
+
+    res, ver = run_attack(repo, tmp_path, plant)
+    (c,) = res.candidates
+    assert c.decision == "reject" and path in c.reason and "protected" in c.reason, c.reason
+    assert ver.seen == []  # refused before any verification
+
+
+def test_the_same_open_config_accepts_an_honest_edit(tmp_path: Path):
+    """The control: under the config above, a round that only edits the
+    settings is verified and accepted."""
+    from .target import make_target
+
+    repo = make_target(tmp_path, python=sys.executable, config=SERVING_CONFIG)
+    res, ver = run_attack(repo, tmp_path, lambda tree, scratch: None)
+    (c,) = res.candidates
+    assert c.decision == "accept", c.reason
+    assert len(ver.seen) == 1
+
+
+def test_measuring_paths_cover_every_role_and_form():
+    from harness.spec import build_task, measuring_paths
+
+    spec = build_task(SERVING_CONFIG.replace("{python}", "python"), None, "t")
+    served = measuring_paths(spec.verify.benchmarks["served"])
+    assert {"tools/client.py", "tools/*.py", "app/server.py", "app/__init__.py",
+            "app/server/__main__.py", "scoring/judge.py", "scoring/__init__.py",
+            "src/app/server.py"} <= set(served)
+    assert "app/*.py" not in served  # the server's folder is the candidate's code
+    protected = spec.protected_paths()
+    assert {"bench/run.py", "tools/client.py", "scoring/judge.py", "tests/**"} <= set(protected)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.netprobe import REACH, HostListener
 from verifier.config import BenchmarkConfig
 from verifier.isolation import (
     ContainerIsolation,
@@ -217,13 +218,28 @@ def test_container_kwargs_of_a_run_and_a_setup(tmp_path):
     assert rw == [{"bind": "/rsi/run", "mode": "rw"}]  # the run's own dir is the only one
     setup = iso.create_kwargs(Job("x", tmp_path, role="setup", writable=True))
     assert setup["volumes"][str(tmp_path.resolve())]["mode"] == "rw"
-    served = iso.create_kwargs(Job("x", tmp_path, network="net1"))
-    assert served["network"] == "net1" and "network_mode" not in served
+    # a serving run: the server in a loopback-only namespace, the client in the server's
+    server = iso.create_kwargs(Job("x", tmp_path, role="server", network="net1"))
+    assert server["network_mode"] == "none" and "network" not in server
+    with pytest.raises(ValueError, match="start its server job first"):
+        iso.create_kwargs(Job("x", tmp_path, role="client", network="net1"))
+    iso.netns_owner["net1"] = "abc123"
+    client = iso.create_kwargs(Job("x", tmp_path, role="client", network="net1"))
+    assert client["network_mode"] == "container:abc123" and "network" not in client
     assert iso.paths(Job("x", tmp_path, run_dir=run_dir, input_dir=tmp_path)) == {
         "RSI_RESULT": "/rsi/run/result.json",
         "RSI_OUTPUT_DIR": "/rsi/run/outputs",
         "RSI_INPUT_DIR": "/rsi/input",
     }
+
+
+def test_the_readiness_probe_reads_a_status_line_only():
+    from verifier.isolation import PROBE_SCRIPT, parse_status_line
+
+    assert parse_status_line("HTTP/1.0 200 OK\r") == 200
+    assert parse_status_line("HTTP/1.1 503 Service Unavailable\r\n") == 503
+    assert parse_status_line("") is None and parse_status_line("200 OK") is None
+    assert "-n 64" in PROBE_SCRIPT  # a server flooding the probe sends the verifier 64 bytes
 
 
 def test_spec_file_and_cli_choices(tmp_path):
@@ -374,6 +390,70 @@ def test_serving_benchmark_end_to_end_in_containers(docker_iso, tmp_path):
     left = [c.name for c in client.containers.list(all=True) if c.name in rec.extra["containers"]]
     assert left == []
     assert client.networks.list(names=[rec.extra["network"]]) == []
+
+
+REACHING_SERVER = REACH + textwrap.dedent(
+    r"""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    spec = json.load(open("hosts.json"))
+    found = json.dumps(reach(spec["hosts"], spec["port"])).encode()
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            data = found if self.path == "/reach" else b"ok"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    ThreadingHTTPServer(("0.0.0.0", int(os.environ["RSI_PORT"])), H).serve_forever()
+    """
+)
+
+REACHING_CLIENT = REACH + textwrap.dedent(
+    r"""
+    import time, urllib.request
+    spec = json.load(open("hosts.json"))
+    get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+    t0 = time.perf_counter()
+    server_saw = json.loads(get(os.environ["RSI_SERVER_URL"] + "/reach").read())
+    window = time.perf_counter() - t0
+    json.dump({"metrics": {"throughput": 1 / window}, "samples": {"latency_s": [window]},
+               "outputs": {"server": server_saw, "client": reach(spec["hosts"], spec["port"])},
+               "counts": {"requests": 1, "failed": 0}}, open(os.environ["RSI_RESULT"], "w"))
+    """
+)
+
+
+@pytest.mark.docker
+def test_a_served_candidate_and_its_client_reach_nothing_on_the_host(docker_iso, tmp_path):
+    """Attack: a candidate's server (and a client) connect to a service on the
+    runner bound to 0.0.0.0, at every host address and at their gateway. On an
+    ``--internal`` docker network they reached the gateway (the host's bridge
+    address) and docker0's address; in the server's loopback-only namespace,
+    nothing, while the client still reaches the server."""
+    listener = HostListener()
+    try:
+        base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+        hosts = listener.addresses()  # once: other sessions add and remove docker networks
+        spec = json.dumps({"hosts": hosts, "port": listener.port})
+        for d in (base, cand):
+            (d / "hosts.json").write_text(spec)
+        (cand / "server.py").write_text(REACHING_SERVER)
+        (base / "bench" / "client.py").write_text(REACHING_CLIENT)
+        listener.sanity_check()
+        rec = run_once(_serving(), cand, base_checkout=base, isolation=docker_iso)
+        assert rec.ok, rec.error + rec.stderr_tail
+        seen = rec.result.outputs
+        assert set(seen["server"]) >= set(hosts)  # every address was tried
+        assert "reached" not in seen["server"].values(), seen
+        assert "reached" not in seen["client"].values(), seen
+        assert len(listener.accepted) == 1, listener.accepted  # only the sanity check's
+    finally:
+        listener.close()
 
 
 @pytest.mark.docker

@@ -30,6 +30,7 @@ SAMPLE_RATE = 16_000
 HOP = 320
 TONE_LOW_HZ, TONE_HIGH_HZ, TONE_STEP_HZ = 400.0, 2400.0, 100.0
 TONES_PER_GROUP = 16
+MAX_STYLE = 2**31 - 1  # speakers (styles) are 0 .. MAX_STYLE, as in tiny_tts.model
 
 
 def prompts(n: int, seed: int, min_words: int = 4, max_words: int = 8) -> list[str]:
@@ -40,6 +41,14 @@ def prompts(n: int, seed: int, min_words: int = 4, max_words: int = 8) -> list[s
         k = rng.randint(min_words, max_words)
         out.append(" ".join(rng.choice(WORDS) for _ in range(k)))
     return out
+
+
+def styles(n: int, seed: int) -> list[int]:
+    """``n`` speakers (styles), one per request: deterministic for a seed (a
+    stream of its own: the texts do not move when this changes), unknown to
+    the server until each request names its own."""
+    rng = random.Random(f"tiny-tts styles {seed}")
+    return [rng.randint(0, MAX_STYLE) for _ in range(n)]
 
 
 def words_from_tokens(tokens: list[int | None]) -> list[str]:

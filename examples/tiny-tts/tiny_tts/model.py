@@ -32,6 +32,7 @@ ALIGN_BIAS = 12.0  # logit bonus of the aligned token; random logits have std ~1
 TONE_LOW_HZ, TONE_HIGH_HZ, TONE_STEP_HZ = 400.0, 2400.0, 100.0  # 16 low and 16 high tones
 TONE_AMPLITUDE = 0.3  # per tone
 TEXTURE_AMPLITUDE = 0.06  # RMS of the vocoder network's part of a frame (tones: 0.3)
+SPEAKER_GAIN = 8.0  # the speaker's FiLM: modulations of order 1, so each speaker has its own texture
 
 
 def rope_tables(seq_len: int, dim: int, base: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +76,9 @@ class TextEncoder(nn.Module):
 
 
 class SpeakerEncoder(nn.Module):
-    """Reference audio -> a unit-norm speaker embedding (a small conv stack)."""
+    """Reference audio -> a unit-norm speaker embedding (a small conv stack,
+    its pooled features standardized against a population of speakers, as
+    x-vector systems do: what sets one speaker apart, not what all share)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,9 +88,20 @@ class SpeakerEncoder(nn.Module):
             nn.Conv1d(96, 128, 4, stride=2), nn.ReLU(),
         )
         self.proj = nn.Linear(128, D_MODEL)
+        self.register_buffer("center", torch.zeros(128))
+        self.register_buffer("spread", torch.ones(128))
+
+    def pooled(self, wav: torch.Tensor) -> torch.Tensor:  # [T] -> [128]
+        return self.convs(wav.view(1, 1, -1)).mean(-1).view(-1)
+
+    def standardize(self, clips: list[torch.Tensor]) -> None:
+        """Set the population statistics from reference clips of many speakers."""
+        h = torch.stack([self.pooled(c) for c in clips])
+        self.center.copy_(h.mean(0))
+        self.spread.copy_(h.std(0) + 1e-6)
 
     def forward(self, wav: torch.Tensor) -> torch.Tensor:  # [T] -> [D]
-        h = self.convs(wav.view(1, 1, -1)).mean(-1)
+        h = (self.pooled(wav) - self.center) / self.spread
         return F.normalize(self.proj(h), dim=-1).view(-1)
 
 
@@ -146,7 +160,8 @@ class Vocoder(nn.Module):
 
     Each frame is the token's tone pair (what makes the words audible) plus a
     speaker-conditioned texture from a small upsampling network, quieter than
-    the tones."""
+    the tones: the same token sounds different for every speaker, so no table
+    of token audio stands in for the network."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -155,14 +170,16 @@ class Vocoder(nn.Module):
         self.inp = nn.Linear(D_MODEL, 256)
         ups = []
         for cin, cout, r in ((256, 128, 4), (128, 64, 4), (64, 32, 4), (32, 16, 5)):
-            ups += [nn.ConvTranspose1d(cin, cout, r, stride=r), nn.GELU(),
-                    nn.Conv1d(cout, cout, 1), nn.GELU()]
+            # no biases: with them, a random network's output is their pattern whatever
+            # its input; without, the texture follows the token and the speaker
+            ups += [nn.ConvTranspose1d(cin, cout, r, stride=r, bias=False), nn.GELU(),
+                    nn.Conv1d(cout, cout, 1, bias=False), nn.GELU()]
         self.ups = nn.Sequential(*ups)
-        self.out = nn.Conv1d(16, 1, 1)
+        self.out = nn.Conv1d(16, 1, 1, bias=False)
         self.register_buffer("tones", tone_table(), persistent=False)
 
     def forward(self, codes: torch.Tensor, spk: torch.Tensor) -> torch.Tensor:
-        scale, shift = self.film(spk).chunk(2, dim=-1)
+        scale, shift = (SPEAKER_GAIN * self.film(spk)).chunk(2, dim=-1)
         h = self.embed(codes) * (1 + scale) + shift
         h = self.inp(h).view(-1, 256, 1)
         texture = self.out(self.ups(h)).view(codes.shape[0], HOP)
@@ -186,16 +203,25 @@ def build(seed: int = 0) -> TinyTTS:
     model = TinyTTS().eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    with torch.no_grad():  # a population of speakers no request names (styles are >= 0)
+        model.speaker.standardize([reference_audio(-1 - i) for i in range(POPULATION)])
     return model
 
 
+MAX_STYLE = 2**31 - 1
+"""Speakers (styles) are 0 .. MAX_STYLE: far too many to tabulate the audio of."""
+POPULATION = 16
+"""Speakers the speaker encoder is standardized against at build time."""
+
+
 def reference_audio(seed: int = 0, seconds: float = 3.0) -> torch.Tensor:
-    """A deterministic reference clip for the speaker (a few harmonics + noise)."""
-    g = torch.Generator().manual_seed(seed + 1)
+    """The reference clip of speaker ``seed`` (a style): a few harmonics of
+    its own pitch + its own noise, deterministic per speaker."""
+    g = torch.Generator().manual_seed(seed + 2**32)  # seeds >= 0, for the population's too
     t = torch.arange(int(SAMPLE_RATE * seconds), dtype=torch.float32) / SAMPLE_RATE
-    f0 = 140.0
+    f0 = 90.0 + (seed * 7919) % 120
     wav = sum(torch.sin(2 * math.pi * f0 * h * t) / h for h in range(1, 6))
     return 0.3 * wav + 0.02 * torch.randn(t.shape, generator=g)
 
 
-__all__ = ["FRAMES_PER_WORD", "HOP", "SAMPLE_RATE", "TinyTTS", "build", "reference_audio", "tone_pair"]
+__all__ = ["FRAMES_PER_WORD", "HOP", "MAX_STYLE", "SAMPLE_RATE", "TinyTTS", "build", "reference_audio", "tone_pair"]

@@ -3,7 +3,11 @@ it over HTTP).
 
 Per request: encode the text, then decode codec tokens autoregressively and
 vocode them chunk by chunk, so that the first audio leaves before the whole
-utterance is decoded. Each chunk's audio is 16-bit little-endian PCM at 16 kHz.
+utterance is decoded. Every request names its speaker (``style``: the
+client's, drawn per request from the verifier's hidden seed); the speaker
+encoder turns the speaker's reference clip into the embedding that conditions
+the decoder and the vocoder, so the audio of a token is the model's work for
+that request, never a fixed table. Each chunk's audio is 16-bit little-endian PCM at 16 kHz.
 A background worker collects per-chunk statistics. Requests may run in
 several threads at once: per-request state lives in ``synthesize``.
 """
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import ops
-from .model import TinyTTS
+from .model import TinyTTS, reference_audio
 from .settings import SETTINGS, Settings
 from .text import FRAMES_PER_WORD, encode
 
@@ -62,11 +66,10 @@ def pcm16(samples: list[float]) -> bytes:
 
 
 class TTSServer:
-    def __init__(self, model: TinyTTS, reference: torch.Tensor, settings: Settings = SETTINGS) -> None:
+    def __init__(self, model: TinyTTS, settings: Settings = SETTINGS) -> None:
         torch.set_num_threads(max(1, int(settings.threads)))
         ops.configure(settings)
         self.model = model
-        self.reference = reference
         self.stats = Stats()
         self._events: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -99,8 +102,9 @@ class TTSServer:
 
     # -- synthesis ---------------------------------------------------------------
     @torch.inference_mode()
-    def synthesize(self, text: str) -> Iterator[Chunk]:
-        """Stream the utterance as chunks of codec tokens and audio."""
+    def synthesize(self, text: str, style: int = 0) -> Iterator[Chunk]:
+        """Stream the utterance as chunks of codec tokens and audio, in the
+        voice of speaker ``style``."""
         rid = next(self._ids)
         ids = encode(text)
         memory = self.model.encoder(torch.tensor([ids]))[0].tolist()  # rows for the decoder stage
@@ -109,15 +113,15 @@ class TTSServer:
         state = self.model.decoder.init_state()
         prev = self.model.decoder.BOS
         for start in range(0, len(targets), CHUNK_FRAMES):
-            spk = self._speaker_embedding()
+            spk = self._speaker_embedding(style)
             codes, prev, state = self._decode(targets[start:start + CHUNK_FRAMES], prev, state, memory, spk)
             pcm = self._finish(self._vocode(codes, spk))
             self._events.put((rid, len(codes), len(pcm) // 2))
             yield Chunk(codes=codes, pcm=pcm)
 
-    def _speaker_embedding(self) -> torch.Tensor:
-        """The speaker embedding of the reference clip."""
-        return self.model.speaker(self.reference)
+    def _speaker_embedding(self, style: int) -> torch.Tensor:
+        """The speaker embedding of the request's speaker (its reference clip)."""
+        return self.model.speaker(reference_audio(style))
 
     def _decode(self, targets: list[int], prev: int, state: torch.Tensor, memory, spk: torch.Tensor):
         """Decode one chunk of codec tokens autoregressively (greedy)."""

@@ -9,8 +9,9 @@ Builds the model, synthesizes one warm-up utterance, then listens and prints
 
 * ``GET /health``: 200 ``{"status": "ok", ...}`` (the server only listens once
   the model is built and warmed up).
-* ``POST /synthesize`` with a JSON body ``{"text": "the cat sat"}`` (or the
-  text itself as ``text/plain``): 200 and the audio as it is synthesized,
+* ``POST /synthesize`` with a JSON body ``{"text": "the cat sat", "style": 7}``
+  (``style``: the speaker, 0 .. 2**31-1, default 0; or the text itself as
+  ``text/plain``, speaker 0): 200 and the audio as it is synthesized,
   16-bit little-endian mono PCM at 16 kHz (``Content-Type: audio/L16``), sent
   with chunked transfer encoding, one HTTP chunk per synthesized chunk (160 ms
   of audio). Words outside the vocabulary, or a malformed body, are a 400
@@ -65,30 +66,37 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(404, {"error": f"no such path: {self.path}"})
             return
         try:
-            text = self._text()
+            text, style = self._text()
             from .text import encode
 
             encode(text)  # unknown words: a 400 before any audio
         except ValueError as e:
             self._reply(400, {"error": str(e)})
             return
-        self._stream(text)
+        self._stream(text, style)
 
-    def _text(self) -> str:
+    def _text(self) -> tuple[str, int]:
+        """The request's text and speaker (style)."""
+        from .model import MAX_STYLE
+
         length = int(self.headers.get("Content-Length") or 0)
         if not 0 < length <= MAX_BODY:
             raise ValueError(f"the body must hold 1 to {MAX_BODY} bytes (Content-Length: {length})")
         body = self.rfile.read(length).decode("utf-8", errors="strict")
+        style = 0
         if (self.headers.get("Content-Type") or "").startswith("application/json"):
             data = json.loads(body)
             if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-                raise ValueError('the JSON body must be {"text": "..."}')
+                raise ValueError('the JSON body must be {"text": "...", "style": 0}')
+            style = data.get("style", 0)
+            if type(style) is not int or not 0 <= style <= MAX_STYLE:
+                raise ValueError(f"style must be an integer 0 .. {MAX_STYLE}, got {style!r}")
             body = data["text"]
         if not body.strip():
             raise ValueError("empty text")
-        return body
+        return body, style
 
-    def _stream(self, text: str) -> None:
+    def _stream(self, text: str, style: int) -> None:
         from .model import SAMPLE_RATE
 
         self.send_response(200)
@@ -97,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            for chunk in self.engine.synthesize(text):
+            for chunk in self.engine.synthesize(text, style):
                 if chunk.pcm:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk.pcm), chunk.pcm))
                     self.wfile.flush()
@@ -111,12 +119,11 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def build_engine():
-    """The model with its seeded weights, the reference speaker clip, and the
-    engine, warmed up by one utterance."""
+    """The model with its seeded weights and the engine, warmed up by one utterance."""
     from . import model as tts_model
     from .pipeline import TTSServer
 
-    engine = TTSServer(tts_model.build(seed=0), tts_model.reference_audio(seed=0))
+    engine = TTSServer(tts_model.build(seed=0))
     for _ in engine.synthesize(WARMUP_TEXT):
         pass
     return engine
