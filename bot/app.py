@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from prometheus_client.core import GaugeMetricFamily
 from starlette.routing import Route
 
-from bot import obs, webhook
+from bot import crash, obs, webhook
 from bot.settings import Settings
 from bot.store import JOB_STATES, Store
 
@@ -33,17 +33,26 @@ log = logging.getLogger("rsi.bot.app")
 class _StoreCollector:
     """Gauges read from the database at scrape time (so every process agrees)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, timeout_s: float = 2.0):
         self.store = store
+        self.timeout_s = timeout_s
 
     def collect(self):
-        try:
-            counts = self.store.job_counts()
-            age = self.store.oldest_queued_age()
-            verdicts = self.store.verdict_counts()
-        except Exception:  # a scrape must not fail because the database blinked
-            log.exception("metrics: store unavailable")
+        got: list = []
+
+        def read() -> None:
+            got.append((self.store.job_counts(), self.store.oldest_queued_age(),
+                        self.store.verdict_counts()))
+
+        reader = threading.Thread(target=read, daemon=True, name="rsi-metrics-read")
+        reader.start()
+        reader.join(self.timeout_s)  # a stuck store must not hang the scrape
+        yield GaugeMetricFamily("rsi_store_up", "1 when the store answered this scrape in time",
+                                value=1 if got else 0)
+        if not got:
+            log.error("metrics: the store did not answer within %.1f s", self.timeout_s)
             return
+        counts, age, verdicts = got[0]
         jobs = GaugeMetricFamily("rsi_jobs", "Jobs by state", labels=["state"])
         for state in JOB_STATES:
             jobs.add_metric([state], counts.get(state, 0))
@@ -200,8 +209,19 @@ def create_app(settings: Settings, *, store: Store | None = None,
             return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": "ignored",
                          "reason": why}
         obs.bind_delivery(ev.delivery_id, ev.key)  # this request's task only (asyncio copies)
+        crash.point("intake")  # tests: killed before the delivery is stored
         try:
-            job_id = await batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body)
+            job_id = await asyncio.wait_for(
+                batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body),
+                settings.intake_timeout_s)
+            crash.point("stored")  # tests: killed after the commit, before the 202
+        except asyncio.TimeoutError:
+            # a stuck store (a held lock, a slow disk): answer well inside GitHub's 10 s; the
+            # delivery fails on GitHub and is redelivered (bot.redeliver), or is stored late
+            log.error("the store did not take delivery %s within %.1f s: answering 503",
+                      ev.delivery_id, settings.intake_timeout_s)
+            deliveries.labels(ev.name, "store_timeout").inc()
+            return 503, {"error": "the store is busy; the delivery can be redelivered"}
         except Exception:
             log.exception("could not store delivery %s", ev.delivery_id)
             deliveries.labels(ev.name, "store_error").inc()

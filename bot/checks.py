@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bot import render
+from bot import crash, render
 from bot.context import Context, task_lane
-from bot.gh import GitHubError
+from bot.gh import CheckRunInfo, GitHubError
 from bot.store import LiveCheck, Task
 from bot.vocab import JobKind
 
@@ -57,7 +57,8 @@ def queue_job(ctx: Context, task: Task, kind: str, payload: dict[str, Any], *, k
     Returns the job id, or None when a job with this key was already queued."""
     job_id = ctx.store.enqueue(kind, payload, lane=task_lane(task.id), key=key)
     if job_id is not None:
-        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(kind))
+        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(kind),
+                   fresh=True)
     return job_id
 
 
@@ -67,21 +68,49 @@ def _what(kind: str) -> str:
 
 
 def open_check(ctx: Context, task: Task, *, job_id: int | None, head_sha: str | None,
-               n: int | None = None, what: str = "verification") -> LiveCheck | None:
+               n: int | None = None, what: str = "verification",
+               fresh: bool = False) -> LiveCheck | None:
+    """Open the job's check ``queued`` (``fresh``: the job was just queued, so no
+    earlier run of it can have opened one)."""
     sha = head_sha or base_sha(ctx, task)
     if not sha:
         return None
     url = details_url(ctx, task)
+    ext = f"{task.id}:{job_id or ''}"
     try:
-        info = ctx.gh.create_check_run(task.repo, head_sha=sha, status="queued",
-                                       details_url=url, external_id=f"{task.id}:{job_id or ''}",
-                                       **render.check_queued(what, task.issue, n))
+        # a run killed after GitHub created the check and before it was recorded left
+        # one behind: continue that check (found by its external id), never open a second
+        info = find_check(ctx, task.repo, sha, ext) if job_id is not None and not fresh \
+            else None
+        if info is None:
+            info = ctx.gh.create_check_run(task.repo, head_sha=sha, status="queued",
+                                           details_url=url, external_id=ext,
+                                           **render.check_queued(what, task.issue, n))
+            crash.point("check_created")
     except GitHubError as e:
         log.warning("could not open the live check of task %s: %s", task.id, e)
         return None
     return ctx.store.add_live_check(task_id=task.id, generation=task.generation, repo=task.repo,
                                     head_sha=sha, check_run_id=info.id, job_id=job_id, n=n,
                                     details_url=url)
+
+
+def find_check(ctx: Context, repo: str, sha: str, external_id: str) -> CheckRunInfo | None:
+    """Our ``rsi/verifier`` check run on ``sha`` with that external id (the newest), if any."""
+    found = [c for c in ctx.gh.list_check_runs(repo, sha) if c.external_id == external_id]
+    return max(found, key=lambda c: c.id) if found else None
+
+
+def complete_once(ctx: Context, repo: str, *, head_sha: str, external_id: str,
+                  **payload: Any) -> CheckRunInfo:
+    """A completed check run for ``external_id`` on ``head_sha``: the one a killed
+    earlier run created is updated, else one is created."""
+    found = find_check(ctx, repo, head_sha, external_id)
+    if found is not None:
+        return ctx.gh.update_check_run(repo, found.id, **{
+            k: v for k, v in payload.items() if k in ("conclusion", "title", "summary",
+                                                      "details_url", "status")})
+    return ctx.gh.create_check_run(repo, head_sha=head_sha, external_id=external_id, **payload)
 
 
 def _patch(ctx: Context, c: LiveCheck, **kw: Any) -> bool:

@@ -107,6 +107,7 @@ class CheckRunInfo:
     status: str
     conclusion: str | None
     html_url: str = ""
+    external_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,21 @@ class WorkflowRunInfo:
     status: str  # queued | in_progress | completed ...
     conclusion: str | None
     html_url: str = ""
+    display_title: str = ""  # the workflow's ``run-name`` (rsi-job's carries the nonce)
+
+
+@dataclass(frozen=True)
+class HookDelivery:
+    """One attempt GitHub made to deliver a webhook to the App (``GET /app/hook/deliveries``).
+    ``guid`` is the ``X-GitHub-Delivery`` header; a redelivery keeps it."""
+
+    id: int
+    guid: str
+    delivered_at: float
+    status_code: int
+    event: str
+    action: str | None
+    redelivery: bool
 
 
 @dataclass(frozen=True)
@@ -246,6 +262,27 @@ class GitHubPort(Protocol):
 
     def download_artifact(self, repo: str, artifact_id: int) -> bytes:
         """The artifact's zip archive, as bytes."""
+        ...
+
+    def list_check_runs(self, repo: str, sha: str, name: str = VERIFIER_CHECK
+                        ) -> list[CheckRunInfo]:
+        """Every check run named `name` on commit `sha` (not only the latest), with
+        its `external_id`."""
+        ...
+
+    def list_workflow_runs(self, repo: str, workflow_file: str, *,
+                           created_since: float | None = None) -> list[WorkflowRunInfo]:
+        """`workflow_dispatch` runs of a workflow, newest first (created at or after
+        `created_since`, a Unix time, when given)."""
+        ...
+
+    def list_hook_deliveries(self, *, since: float) -> list[HookDelivery]:
+        """The App's webhook delivery attempts since `since` (Unix time), newest first
+        (App JWT; needs a GitHub App)."""
+        ...
+
+    def redeliver(self, delivery_id: int) -> None:
+        """Ask GitHub to deliver that attempt's webhook again (same guid)."""
         ...
 
 
@@ -638,6 +675,75 @@ class PyGithubPort:
         return self._call("GET", path, go)
 
 
+    def list_check_runs(self, repo: str, sha: str, name: str = VERIFIER_CHECK
+                        ) -> list[CheckRunInfo]:
+        def go() -> list[CheckRunInfo]:
+            commit = self._repo(repo).get_commit(sha)
+            return [_check(r) for r in commit.get_check_runs(check_name=name, filter="all")]
+
+        return self._call("GET", f"/repos/{repo}/commits/{sha}/check-runs", go)
+
+    def list_workflow_runs(self, repo: str, workflow_file: str, *,
+                           created_since: float | None = None) -> list[WorkflowRunInfo]:
+        from github.GithubObject import NotSet
+
+        created = NotSet
+        if created_since is not None:
+            created = ">=" + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created_since))
+
+        def go() -> list[WorkflowRunInfo]:
+            runs = self._repo(repo).get_workflow(workflow_file).get_runs(
+                event="workflow_dispatch", created=created)
+            return [WorkflowRunInfo(id=w.id, status=w.status or "", conclusion=w.conclusion,
+                                    html_url=w.html_url or "",
+                                    display_title=w.display_title or "") for w in runs]
+
+        return self._call("GET", f"/repos/{repo}/actions/workflows/{workflow_file}/runs", go)
+
+    def _app_requester(self) -> Any:
+        if self._integration is None:
+            raise GitHubError("listing the App's webhook deliveries needs a GitHub App",
+                              retryable=False)
+        return self._integration.requester
+
+    def list_hook_deliveries(self, *, since: float) -> list[HookDelivery]:
+        """Pages through ``GET /app/hook/deliveries`` (cursor in the ``Link`` header)
+        until an attempt older than ``since``."""
+        from datetime import datetime
+
+        def go() -> list[HookDelivery]:
+            req = self._app_requester()
+            out: list[HookDelivery] = []
+            params: dict[str, Any] = {"per_page": 100}
+            for _ in range(100):  # at most 10 000 attempts per sweep
+                headers, data = req.requestJsonAndCheck("GET", "/app/hook/deliveries",
+                                                        parameters=params)
+                older = False
+                for d in data or []:
+                    at = datetime.fromisoformat(str(d.get("delivered_at")).replace(
+                        "Z", "+00:00")).timestamp()
+                    if at < since:
+                        older = True
+                        continue
+                    out.append(HookDelivery(
+                        id=int(d["id"]), guid=str(d.get("guid") or ""), delivered_at=at,
+                        status_code=int(d.get("status_code") or 0),
+                        event=str(d.get("event") or ""), action=d.get("action"),
+                        redelivery=bool(d.get("redelivery"))))
+                m = re.search(r"[?&]cursor=([^&>]+)[^>]*>;\s*rel=\"next\"",
+                              (headers or {}).get("link", ""))
+                if older or not data or not m:
+                    break
+                params = {"per_page": 100, "cursor": m[1]}
+            return out
+
+        return self._call("GET", "/app/hook/deliveries", go)
+
+    def redeliver(self, delivery_id: int) -> None:
+        path = f"/app/hook/deliveries/{int(delivery_id)}/attempts"
+        self._call("POST", path, lambda: self._app_requester().requestJsonAndCheck("POST", path))
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -739,4 +845,5 @@ def _pull(p: Any) -> PullInfo:
 
 def _check(r: Any) -> CheckRunInfo:
     return CheckRunInfo(id=r.id, name=r.name, head_sha=r.head_sha, status=r.status,
-                        conclusion=r.conclusion, html_url=r.html_url or "")
+                        conclusion=r.conclusion, html_url=r.html_url or "",
+                        external_id=r.external_id or "")

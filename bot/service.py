@@ -7,6 +7,8 @@ call the same functions with fakes in place of the port or the harness.
 from __future__ import annotations
 
 import logging
+import os
+import time
 from typing import Any
 
 from bot import obs
@@ -88,11 +90,32 @@ def create_service(settings: Settings, *, ctx: Context | None = None, workers: i
     """The web app with its worker pool (``settings.workers`` threads) started at startup."""
     ctx = ctx or build_context(settings)
     n = settings.workers if workers is None else workers
-    start = (lambda: make_pool(ctx, n).start()) if n > 0 else None
-    app = create_app(settings, store=ctx.store, start_workers=start)
+    sweep = settings.redeliver_interval_s > 0 and settings.uses_app
+
+    def start() -> _Started:
+        from bot.redeliver import Redeliverer
+
+        parts: list[Any] = [make_pool(ctx, n).start()] if n > 0 else []
+        if sweep:  # no delivery left behind: at start, then on a schedule
+            parts.append(Redeliverer(ctx.gh, ctx.store, lookback_s=settings.redeliver_lookback_s,
+                                     interval_s=settings.redeliver_interval_s).start())
+        return _Started(parts)
+
+    app = create_app(settings, store=ctx.store, start_workers=start if n > 0 or sweep else None)
     app.state.ctx = ctx
     app.state.registry.register(obs.GitHubRateCollector(ctx.gh))
     return app
+
+
+class _Started:
+    """What the service started (worker pool, redelivery sweep): stopped together."""
+
+    def __init__(self, parts: list[Any]):
+        self.parts = parts
+
+    def stop(self) -> None:
+        for p in self.parts:
+            p.stop()
 
 
 def app_from_env():
@@ -101,4 +124,36 @@ def app_from_env():
 
     settings = load_settings()
     obs.configure_logging(settings.log_format)  # each uvicorn process configures its own
+    master = os.environ.get("RSI_MASTER_PID", "")
+    if master.isdigit():
+        die_with_master(int(master))
     return create_service(settings)
+
+
+def die_with_master(master: int, *, poll_s: float = 0.5) -> None:
+    """A web worker of ``rsi serve --processes N`` ends when its master does, even
+    when the master was killed with SIGKILL (no chance to stop its children):
+    ``PR_SET_PDEATHSIG`` on Linux, and a parent-pid watch everywhere (the master
+    may also have died before this ran). Otherwise orphans keep serving and hold
+    the port, and a restart fails with "address in use"."""
+    import signal
+    import threading
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG (Linux; else no-op)
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != master:
+                log.error("the master process %s is gone: this web worker exits", master)
+                os._exit(1)
+            time.sleep(poll_s)
+
+    if os.getppid() != master:
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="rsi-master-watch").start()

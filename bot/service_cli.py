@@ -50,6 +50,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     if processes > 1:
         if workers is not None:
             os.environ["RSI_WORKERS"] = str(workers)
+        os.environ["RSI_MASTER_PID"] = str(os.getpid())  # web workers die with this process
         uvicorn.run("bot.service:app_from_env", factory=True, workers=processes, host=host,
                     port=port, log_level="info", access_log=False, log_config=None)
         return

@@ -71,6 +71,17 @@ class Settings(BaseSettings):
         25 * 1024 * 1024, gt=0, description="Webhook bodies above this are refused (413)."
     )
     lease_s: float = Field(60.0, gt=0, description="A running job's lease; heartbeats renew it.")
+    intake_timeout_s: float = Field(
+        5.0, gt=0, le=9.0,
+        description="How long POST /webhook waits for the store before answering 503 (GitHub "
+        "gives up after 10 s; the delivery is then redelivered).")
+    redeliver_interval_s: float = Field(
+        300.0, ge=0,
+        description="How often the App's failed or unstored deliveries are asked for again "
+        "(GET /app/hook/deliveries; also once at start); 0: never. Needs a GitHub App.")
+    redeliver_lookback_s: float = Field(
+        86400.0, gt=0, le=3 * 86400.0,
+        description="How far back the redelivery sweep looks (GitHub keeps 3 days).")
     poll_s: float = Field(0.5, gt=0, description="How often idle workers look for jobs.")
     max_attempts: int = Field(8, ge=1, description="Retries (with backoff) before a job fails.")
     backoff_base_s: float = Field(2.0, gt=0, description="First retry delay; doubles each time.")

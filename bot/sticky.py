@@ -7,6 +7,7 @@ cache is only a shortcut, GitHub is the truth.
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol, Sequence
 
 from bot import render
@@ -36,10 +37,26 @@ def find(comments: Sequence[CommentInfo], kind: str, login: str) -> CommentInfo 
     return None
 
 
+_guard = threading.Lock()
+_locks: dict[tuple[str, int, str], threading.Lock] = {}
+
+
+def _lock(repo: str, number: int, kind: str) -> threading.Lock:
+    with _guard:
+        return _locks.setdefault((repo, number, kind), threading.Lock())
+
+
 def upsert(gh: StickyPort, cache: StickyCache | None, repo: str, number: int, kind: str,
            body: str, *, login: str) -> CommentInfo:
     """Edit our sticky comment of ``kind`` in place, or create it. ``body`` must
-    already carry the marker (``render.with_marker``)."""
+    already carry the marker (``render.with_marker``). Two jobs of this process
+    never look-then-create at once (both would find none and create one each)."""
+    with _lock(repo, number, kind):
+        return _upsert(gh, cache, repo, number, kind, body, login=login)
+
+
+def _upsert(gh: StickyPort, cache: StickyCache | None, repo: str, number: int, kind: str,
+            body: str, *, login: str) -> CommentInfo:
     if render.marker(kind) not in body:
         body = render.with_marker(body, kind)
     cached = cache.sticky(repo, number, kind) if cache else None

@@ -112,6 +112,8 @@ class Dispatch(Base):
     run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     consumed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    """The job dispatched (a re-run of that job reuses this nonce, never makes a second)."""
 
 
 class Job(Base):
@@ -745,10 +747,18 @@ class Store:
 
     # -- dispatches (actions executor) -----------------------------------------
     def record_dispatch(self, nonce: str, *, repo: str, task_id: int, generation: int,
-                        kind: str, doc: dict, base_sha: str | None) -> None:
+                        kind: str, doc: dict, base_sha: str | None,
+                        job_id: int | None = None) -> None:
         with self.tx() as s:
             s.add(Dispatch(nonce=nonce, repo=repo, task_id=task_id, generation=generation,
-                           kind=kind, doc=doc, base_sha=base_sha, created_at=self.clock()))
+                           kind=kind, doc=doc, base_sha=base_sha, created_at=self.clock(),
+                           job_id=job_id))
+
+    def dispatch_of_job(self, job_id: int) -> Dispatch | None:
+        """The dispatch recorded for a job (the newest), consumed or not."""
+        with self.tx() as s:
+            return s.scalar(select(Dispatch).where(Dispatch.job_id == job_id)
+                            .order_by(Dispatch.created_at.desc()).limit(1))
 
     def set_dispatch_run(self, nonce: str, run_id: int | None) -> None:
         with self.tx() as s:

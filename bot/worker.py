@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from bot import crash
 from bot.gh import GitHubError
 from bot.store import ClaimedJob, Store
 
@@ -101,6 +102,7 @@ class Worker:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
         else:
+            crash.point("handled")  # tests: killed after the job acted, before it is recorded
             if not self.store.finish(job, _jsonable(result)):
                 log.warning("job %s finished after losing its lease", job.id)
         finally:

@@ -36,7 +36,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from bot import checks, obs, render
+from bot import checks, crash, obs, render
 from bot.context import Context, harness_task_id
 from bot.status import refresh_status
 from bot.tasks import job as job_of
@@ -117,19 +117,49 @@ class ActionsExecutor:
         if run.job.kind in (JobKind.RUN_TASK, JobKind.REVERIFY):  # a rebaseline reports per candidate
             checks.ensure(ctx, task, run.job.id, run.job.kind, head_sha=doc.get("sha"),
                           n=(run.payload.get("n") if run.job.kind == "reverify" else None))
-        doc["nonce"] = nonce = secrets.token_hex(16)
-        doc["runner_labels"] = labels
-        ctx.store.record_dispatch(nonce, repo=repo, task_id=task.id, generation=task.generation,
-                                  kind=run.job.kind, doc=doc, base_sha=base)
+        prev = ctx.store.dispatch_of_job(run.job.id)
+        if prev is not None:  # an earlier attempt of this job dispatched (or tried to)
+            if prev.consumed_at is not None:
+                return f"its result was already ingested (nonce {prev.nonce[:8]})"
+            run_id = prev.run_id or find_run(ctx, repo, prev.nonce, since=prev.created_at)
+            if run_id:  # GitHub took it: continue that run, never dispatch a second
+                if prev.run_id is None:
+                    ctx.store.set_dispatch_run(prev.nonce, int(run_id))
+                labels = list(prev.doc.get("runner_labels") or labels)
+                checks.dispatched(ctx, repo, run.job.id, int(run_id), labels)
+                return f"already dispatched as run {run_id}"
+            nonce, doc = prev.nonce, prev.doc  # not taken (or not listed yet): same nonce again
+            labels = list(doc.get("runner_labels") or labels)
+        else:
+            doc["nonce"] = nonce = secrets.token_hex(16)
+            doc["runner_labels"] = labels
+            # stored before dispatching: a kill after GitHub took it leaves the nonce to look for
+            ctx.store.record_dispatch(nonce, repo=repo, task_id=task.id,
+                                      generation=task.generation, kind=run.job.kind, doc=doc,
+                                      base_sha=base, job_id=run.job.id)
         inputs = {"job": json.dumps(doc, sort_keys=True), "runner_labels": json.dumps(labels)}
         ref = ctx.gh.default_branch(repo)
         run_id = ctx.gh.dispatch_workflow(repo, ctx.settings.job_workflow, ref, inputs)
+        crash.point("dispatched")
+        if not run_id:  # a GitHub without return_run_details: the run carries the nonce
+            run_id = find_run(ctx, repo, nonce, since=ctx.store.dispatch(nonce).created_at)
         if run_id:
             ctx.store.set_dispatch_run(nonce, int(run_id))
         checks.dispatched(ctx, repo, run.job.id, int(run_id) if run_id else None, labels)
         best_effort(refresh_status, ctx, doc["payload"]["task_id"],
                     note=f"Dispatched to runners `{', '.join(labels)}`.")
         return f"dispatched {run.job.kind} to {ctx.settings.job_workflow} ({', '.join(labels)})"
+
+
+def find_run(ctx: Context, repo: str, nonce: str, *, since: float) -> int | None:
+    """The job workflow's run that carries ``nonce`` in its title (the caller
+    workflow's ``run-name: rsi-job ${{ fromJSON(inputs.job).nonce }}``), if GitHub lists
+    one created since shortly before ``since``."""
+    for w in ctx.gh.list_workflow_runs(repo, ctx.settings.job_workflow,
+                                       created_since=since - 300):
+        if nonce in (w.display_title or "").split():
+            return w.id
+    return None
 
 
 def read_artifact(data: bytes) -> tuple[dict[str, Any], bytes | None]:

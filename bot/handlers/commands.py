@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bot import checks, obs, render
+from bot import checks, obs, render, replies
 from bot.context import TRUSTED_ROLES, Context, sender_of, task_lane
 from bot.status import refresh_status, task_usage
 from bot.store import Task
@@ -129,19 +129,19 @@ def handle(ctx: Context, event: Any) -> str:
     role = ctx.gh.collaborator_role(repo, user)
     if role not in TRUSTED_ROLES:
         names = ", ".join(c.name or c.args[0] for c in cmds)
-        ctx.gh.create_issue_comment(repo, number, render.refusal(
+        replies.reply(ctx, repo, number, render.refusal(
             user, names, f"it needs write, maintain or admin access to {repo}, and you have "
-            f"`{render.inert(role, plain=True)}`."))
+            f"`{render.inert(role, plain=True)}`."), job=event.delivery_id, step="refusal")
         _react(ctx, repo, comment_id, "confused")
         return f"refused: {user} is {role}"
     is_pr = bool(issue.get("pull_request"))
     results = []
     ok = True
-    for cmd in cmds:
+    for i, cmd in enumerate(cmds, 1):
         if cmd.error:
-            ctx.gh.create_issue_comment(repo, number,
-                                        render.refusal(user, cmd.text.removeprefix("/rsi ")
-                                                       or "", cmd.error))
+            replies.reply(ctx, repo, number, render.refusal(user, cmd.text.removeprefix("/rsi ")
+                                                            or "", cmd.error),
+                          job=event.delivery_id, step=f"cmd{i}")
             ok = False
             results.append(f"{cmd.name or cmd.args[0]}: refused ({cmd.error})")
             continue
@@ -149,9 +149,9 @@ def handle(ctx: Context, event: Any) -> str:
                              delivery=event.delivery_id, seen=issue.get("body"))
         ok &= done
         if message:
-            ctx.gh.create_issue_comment(
-                repo, number, render.ack(user, message) if done else
-                render.refusal(user, cmd.name, message))
+            replies.reply(ctx, repo, number, render.ack(user, message) if done else
+                          render.refusal(user, cmd.name, message),
+                          job=event.delivery_id, step=f"cmd{i}")
         results.append(f"{cmd.name}: {'done' if done else 'refused'}")
     _react(ctx, repo, comment_id, "+1" if ok else "confused")
     return "; ".join(results)
@@ -182,8 +182,7 @@ def _approved_edit(task: Task, digest: str | None, seen: str | None
 
 
 def _react(ctx: Context, repo: str, comment_id: int | None, content: str) -> None:
-    if comment_id:
-        ctx.gh.add_reaction(repo, int(comment_id), content)
+    replies.react(ctx, repo, comment_id, content)
 
 
 def _task_for(ctx: Context, repo: str, number: int, is_pr: bool) -> tuple[Task | None, Any]:

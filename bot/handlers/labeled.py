@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot import checks, obs, render
+from bot import checks, obs, render, replies
 from bot.context import TRUSTED_ROLES, Context, harness_task_id, sender_of
 from bot.harness_port import SpecError
 from bot.status import refresh_status
@@ -41,9 +41,10 @@ def handle(ctx: Context, event: Any) -> str:
     number = int(issue["number"])
     role = ctx.gh.collaborator_role(repo, login)
     if role not in TRUSTED_ROLES:
-        ctx.gh.create_issue_comment(repo, number, render.label_refusal(
+        replies.reply(ctx, repo, number, render.label_refusal(
             login, label, f"starting a task needs write, maintain or admin access to {repo}, "
-            f"and you have `{render.inert(role, plain=True)}`. Ask a maintainer to add the label."))
+            f"and you have `{render.inert(role, plain=True)}`. Ask a maintainer to add the label."),
+            job=event.delivery_id, step="refusal")
         return f"refused: {login} is {role}"
 
     return start(ctx, repo, number, body=issue.get("body") or "", title=issue.get("title") or "",

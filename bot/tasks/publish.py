@@ -77,9 +77,9 @@ def post_report(ctx: Context, task: Task, cand: Candidate, verdict: Verdict, clo
     head = verdict.shas.get("candidate") or cand.sha
     payload = render.check_run(verdict, note=note, links=links)
     if not checks.finish(ctx, job_id, head_sha=head, **payload):
-        ctx.gh.create_check_run(task.repo, head_sha=head,
-                                external_id=f"{task.id}:{cand.generation}:{cand.n}",
-                                details_url=checks.details_url(ctx, task), **payload)
+        checks.complete_once(ctx, task.repo, head_sha=head,
+                             external_id=f"{task.id}:{cand.generation}:{cand.n}",
+                             details_url=checks.details_url(ctx, task), **payload)
     # a check left on an older head (the branch moved while queued) ends too
     checks.finish(ctx, job_id, conclusion="neutral", title="superseded: the branch moved",
                   summary=f"The verdict is on the branch's newer head `{render.short_sha(head)}`.")

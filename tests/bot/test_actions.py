@@ -15,6 +15,7 @@ from tests.bot.fakeharness import FakeHarness, target_tree
 BOT = "rsi-bot[bot]"
 CALLER = """\
 name: rsi-job
+run-name: rsi-job ${{ fromJSON(inputs.job).nonce }}
 on:
   workflow_dispatch:
     inputs:
@@ -136,3 +137,46 @@ def test_other_workflows_are_ignored(make_bot, fake_github, target):
     bot = make_bot(FakeHarness(), executor="actions")
     d = bot.deliver(WebhookEvent("workflow_run", load_payload("workflow_run", "completed")))
     assert bot.result_of(d) == "ignored: not an rsi job run"
+
+
+def _run_again(store, job_id: int) -> None:
+    """What a kill after the job acted does: the job is claimed again."""
+    from sqlalchemy import update
+
+    from bot.store import Job
+
+    with store.tx() as s:
+        s.execute(update(Job).where(Job.id == job_id).values(state="queued", next_run_at=0))
+
+
+def test_a_rerun_job_never_dispatches_twice(make_bot, fake_github, target):
+    """Killed after GitHub took the dispatch and before its run id was recorded: the
+    re-run finds the run by the nonce in its title (run-name), records it, and
+    dispatches nothing (issue 23)."""
+    bot = make_bot(FakeHarness(), executor="actions")
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    (run,) = fake_github.workflow_runs(target)
+    (d,) = bot.store.dispatches_of(1)
+    assert d.run_id == run.id and d.nonce in run.display_title and d.job_id is not None
+    bot.store.set_dispatch_run(d.nonce, None)  # the kill: the run id never recorded
+    _run_again(bot.store, d.job_id)
+    bot.drain()
+    assert fake_github.workflow_runs(target) == [run]
+    assert bot.store.dispatch(d.nonce).run_id == run.id  # so /rsi stop can cancel it
+    bot.deliver(fake_github.comment(target, n, "/rsi stop", by="alice"))
+    assert run.status == "completed" and run.conclusion == "cancelled"
+
+
+def test_a_run_github_does_not_list_is_dispatched_again_with_the_same_nonce(
+        make_bot, fake_github, target):
+    """No run carries the nonce (GitHub did not take the dispatch): the re-run
+    dispatches again, with the same nonce, so only one result can be ingested."""
+    bot = make_bot(FakeHarness(), executor="actions")
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    fake_github.fail_next("POST", f"/repos/{target}/actions/workflows/rsi-job.yml/dispatches",
+                          status=502)
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    (run,) = fake_github.workflow_runs(target)  # the retry after the 502
+    (d,) = bot.store.dispatches_of(1, pending=False)
+    assert json.loads(run.inputs["job"])["nonce"] == d.nonce and d.run_id == run.id

@@ -26,7 +26,7 @@ import threading
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from .state import (
     CheckRun,
     Comment,
     Failure,
+    HookDelivery,
     Installation,
     Issue,
     PullState,
@@ -146,6 +147,10 @@ class FakeGitHub:
         self.manifest_codes: dict[str, tuple[dict[str, Any], str]] = {}
         self.manifest_apps: dict[int, dict[str, Any]] = {}
         self._ids = itertools.count(1001)
+        self.hook_url: str | None = None  # the App's webhook URL (set_webhook)
+        self.hook_secret: str = ""
+        self.hook_deliveries: list[HookDelivery] = []  # every attempt, oldest first
+        self._senders: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -500,6 +505,58 @@ class FakeGitHub:
                        "workflow": shapes.workflow(self.url, r, w.workflow_id, w.workflow_file),
                        "workflow_run": shapes.workflow_run(self.url, r, w)}
             return self._event("workflow_run", r, w.actor.login, payload)
+
+    # ------------------------------------------------------------ test helpers: webhooks
+
+    def set_webhook(self, url: str | None, secret: str = "") -> None:
+        """The App's webhook URL and secret: :meth:`send` delivers there."""
+        self.hook_url, self.hook_secret = url, secret
+
+    def send(self, wev: WebhookEvent, *, guid: str | None = None,
+             timeout: float = 10.0) -> HookDelivery:
+        """Deliver ``wev`` to the App's webhook as GitHub does (signed, ``X-GitHub-Delivery``),
+        and record the attempt with the answer's status (0: no answer within ``timeout``)."""
+        import uuid
+
+        body = wev.body()
+        return self._deliver(guid or str(uuid.uuid4()), wev.event, wev.action, body,
+                             redelivery=False, installation_id=(
+                                 wev.payload.get("installation") or {}).get("id"),
+                             timeout=timeout)
+
+    def _deliver(self, guid: str, event: str, action: str | None, body: bytes, *,
+                 redelivery: bool, installation_id: int | None,
+                 timeout: float = 10.0) -> HookDelivery:
+        import hashlib
+        import hmac
+        import urllib.error
+        import urllib.request
+
+        if not self.hook_url:
+            raise RuntimeError("no webhook URL: call set_webhook(url, secret) first")
+        sig = "sha256=" + hmac.new(self.hook_secret.encode(), body, hashlib.sha256).hexdigest()
+        req = urllib.request.Request(self.hook_url, data=body, method="POST", headers={
+            "X-GitHub-Event": event, "X-GitHub-Delivery": guid, "X-Hub-Signature-256": sig,
+            "Content-Type": "application/json", "User-Agent": "GitHub-Hookshot/fake"})
+        started = now()
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                code = resp.status
+        except urllib.error.HTTPError as e:
+            code = e.code
+        except (OSError, ValueError):
+            code = 0  # refused, reset, or timed out: GitHub shows "failed to connect"
+        d = HookDelivery(self._id(), guid, started, code, event, action, redelivery,
+                         installation_id, body,
+                         (now() - started).total_seconds())
+        with self.lock:
+            self.hook_deliveries.append(d)
+        return d
+
+    def wait_redeliveries(self, timeout: float = 30.0) -> None:
+        """Wait until the redeliveries asked for so far were sent."""
+        for t in list(self._senders):
+            t.join(timeout)
 
     # ------------------------------------------------------------ test helpers: OAuth
 
@@ -876,6 +933,53 @@ class FakeGitHub:
     @route("GET", "/app")
     def get_app(self, ctx: Ctx):
         return 200, shapes.app(self.url, self._need_app(ctx)), {}
+
+    @route("GET", "/app/hook/deliveries")
+    def list_hook_deliveries(self, ctx: Ctx):
+        """Newest first; ``per_page`` (max 100) and ``cursor`` (from the ``Link`` header),
+        ``status=success|failure``; a JSON array, as GitHub answers."""
+        self._need_app(ctx)
+        try:
+            per_page = max(1, min(100, int(ctx.query.get("per_page", 30))))
+            cursor = int(ctx.query["cursor"]) if "cursor" in ctx.query else None
+        except ValueError:
+            raise ApiError(422, "Invalid pagination") from None
+        with self.lock:
+            items = [d for d in reversed(self.hook_deliveries)
+                     if cursor is None or d.id < cursor]
+        want = ctx.query.get("status")
+        if want in ("success", "failure"):
+            items = [d for d in items if (200 <= d.status_code < 300) == (want == "success")]
+        chunk = items[:per_page]
+        headers = {}
+        if len(items) > per_page:
+            q = dict(ctx.query, per_page=str(per_page), cursor=str(chunk[-1].id))
+            qs = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in q.items())
+            headers["Link"] = f'<{self.url}{ctx.path}?{qs}>; rel="next"'
+        return 200, [shapes.hook_delivery(d) for d in chunk], headers
+
+    @route("GET", "/app/hook/deliveries/{id}")
+    def get_hook_delivery(self, ctx: Ctx):
+        self._need_app(ctx)
+        d = next((d for d in self.hook_deliveries if d.id == int(ctx["id"])), None)
+        if d is None:
+            raise not_found()
+        return 200, shapes.hook_delivery(d, full=True), {}
+
+    @route("POST", "/app/hook/deliveries/{id}/attempts")
+    def redeliver_hook(self, ctx: Ctx):
+        """202, then the same body is delivered again under the same guid (in the
+        background, as on GitHub: the answer does not wait for the delivery)."""
+        self._need_app(ctx)
+        d = next((d for d in self.hook_deliveries if d.id == int(ctx["id"])), None)
+        if d is None:
+            raise not_found()
+        t = threading.Thread(target=self._deliver, args=(d.guid, d.event, d.action, d.body),
+                             kwargs={"redelivery": True, "installation_id": d.installation_id},
+                             daemon=True, name=f"redeliver-{d.id}")
+        self._senders.append(t)
+        t.start()
+        return 202, {}, {}
 
     @route("GET", "/app/installations")
     def list_installations(self, ctx: Ctx):
@@ -1432,14 +1536,34 @@ class FakeGitHub:
                 raise ApiError(422, f"Invalid value for input '{k}'")
         branch = ref.removeprefix("refs/heads/")
         actor = ctx.ident.user if isinstance(ctx.ident, Token) else self._user("ghost")
+        text = git.read_blob(r.bare, f"{sha}:.github/workflows/{file}").decode(errors="replace")
         w = WorkflowRun(self._id(), wid, file, ref, dict(inputs), branch, sha, actor,
-                        run_number=len(r.runs) + 1, display_title=file.rsplit(".", 1)[0])
+                        run_number=len(r.runs) + 1,
+                        display_title=_run_name(text, inputs) or file.rsplit(".", 1)[0])
         r.runs[w.id] = w
         if d.get("return_run_details"):
             return 200, {"workflow_run_id": w.id,
                          "run_url": f"{self.url}/repos/{r.full_name}/actions/runs/{w.id}",
                          "html_url": f"{self.url}/{r.full_name}/actions/runs/{w.id}"}, {}
         return 204, None, {}
+
+    @route("GET", "/repos/{owner}/{repo}/actions/workflows/{file}/runs")
+    def list_workflow_runs(self, ctx: Ctx):
+        """Newest first; ``event``, ``status``, ``branch`` and ``created`` (``>=DATE``) filters."""
+        r = self._repo_for(ctx)
+        wid, _file = self._workflow(r, ctx["file"])
+        q = ctx.query
+        since = None
+        if q.get("created", "").startswith(">="):
+            since = datetime.fromisoformat(q["created"][2:].replace("Z", "+00:00"))
+        runs = [w for w in sorted(r.runs.values(), key=lambda w: w.id, reverse=True)
+                if w.workflow_id == wid
+                and q.get("event", "workflow_dispatch") == "workflow_dispatch"
+                and q.get("status", w.status) in (w.status, w.conclusion)
+                and q.get("branch", w.head_branch) == w.head_branch
+                and (since is None or w.created_at >= since)]
+        return self._page(ctx, [shapes.workflow_run(self.url, r, w) for w in runs],
+                          "workflow_runs")
 
     @route("GET", "/repos/{owner}/{repo}/actions/runs/{id}")
     def get_workflow_run(self, ctx: Ctx):
@@ -1542,6 +1666,30 @@ def _test_key() -> Any:
 
             _KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         return _KEY
+
+
+_RUN_NAME = re.compile(r"^run-name:\s*(.+?)\s*$", re.M)
+_EXPR = re.compile(r"\$\{\{\s*(?:inputs\.(\w+)|fromJSON\(inputs\.(\w+)\)\.(\w+))\s*\}\}")
+
+
+def _run_name(workflow: str, inputs: Mapping[str, Any]) -> str | None:
+    """A workflow's ``run-name`` with ``${{ inputs.X }}`` and ``${{ fromJSON(inputs.X).Y }}``
+    evaluated (the subset of GitHub's expressions the bot's workflow uses)."""
+    m = _RUN_NAME.search(workflow)
+    if not m:
+        return None
+    text = m[1].strip().strip("'\"")
+
+    def value(e: re.Match) -> str:
+        if e[1]:
+            return str(inputs.get(e[1], ""))
+        try:
+            doc = json.loads(str(inputs.get(e[2], "")))
+        except ValueError:
+            return ""
+        return str(doc.get(e[3], "")) if isinstance(doc, dict) else ""
+
+    return _EXPR.sub(value, text)
 
 
 _GIT_PATH = re.compile(r"^/(?P<owner>[^/]+)/(?P<name>[^/]+)\.git/(?P<rest>.*)$")

@@ -7,6 +7,7 @@ sets follow GitHub's REST docs and the payloads in shared/fixtures.
 from __future__ import annotations
 
 import base64
+import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -268,3 +269,18 @@ def artifact(root: str, r: Repo, a: Artifact) -> dict[str, Any]:
             "digest": f"sha256:{a.digest}",
             "workflow_run": {"id": a.run_id, "repository_id": r.id, "head_repository_id": r.id,
                              "head_branch": a.head_branch, "head_sha": a.head_sha}}
+
+
+def hook_delivery(d: Any, *, full: bool = False) -> dict[str, Any]:
+    ok = 200 <= d.status_code < 300
+    doc = {"id": d.id, "guid": d.guid, "delivered_at": iso(d.delivered_at),
+           "redelivery": d.redelivery, "duration": round(d.duration, 3),
+           "status": "OK" if ok else ("failed to connect" if d.status_code == 0
+                                      else "Invalid HTTP Response: " + str(d.status_code)),
+           "status_code": d.status_code, "event": d.event, "action": d.action,
+           "installation_id": d.installation_id, "repository_id": None, "throttled_at": None}
+    if full:
+        doc["request"] = {"headers": {"X-GitHub-Event": d.event, "X-GitHub-Delivery": d.guid},
+                          "payload": json.loads(d.body)}
+        doc["response"] = {"headers": {}, "payload": None}
+    return doc

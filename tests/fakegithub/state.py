@@ -230,3 +230,19 @@ class Failure:
     body: Any
     headers: dict[str, str]
     times: int
+
+
+@dataclass(eq=False)
+class HookDelivery:
+    """One attempt to deliver a webhook to the App (``GET /app/hook/deliveries``)."""
+
+    id: int
+    guid: str
+    delivered_at: datetime
+    status_code: int  # 0: no answer (refused, reset, timed out)
+    event: str
+    action: str | None
+    redelivery: bool
+    installation_id: int | None
+    body: bytes
+    duration: float
