@@ -95,16 +95,32 @@ class Job:
     """Host paths given read-only at the same path (hidden inputs on the runner)."""
 
 
+#: What a benchmark process inherits from the verifier's environment (process
+#: isolation): an allowlist of names a program needs to start, find its Python
+#: and its accelerator, and nothing else. Everything the verifier means a job
+#: to have (paths, pins, the hidden seed) is passed explicitly as ``extra``.
+CHILD_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
+    "TMPDIR", "TEMP", "TMP", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
+    "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "LD_LIBRARY_PATH",
+})
+CHILD_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "ASCEND_", "HCCL_", "OMP_", "MKL_", "OPENBLAS_")
+
+
 def child_env(
     base: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
     drop: tuple[str, ...] = (),
 ) -> dict[str, str]:
-    """``base`` (default: this process's env) minus credentials and ``drop``, plus ``extra``."""
+    """The allowlisted names of ``base`` (default: this process's env;
+    :data:`CHILD_ENV_NAMES`, :data:`CHILD_ENV_PREFIXES`), never a credential-like
+    name nor one in ``drop``, plus ``extra``."""
     env = {
         k: v
         for k, v in (os.environ if base is None else base).items()
-        if not _SECRET.search(k) and k not in drop
+        if (k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES))
+        and not _SECRET.search(k) and k not in drop
     }
     env.update(extra or {})
     return env
