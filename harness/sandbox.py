@@ -54,9 +54,11 @@ SANDBOX_UID = "1000:1000"
 NPU_CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 NPU_DRIVER_MOUNTS = ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/bin/npu-smi")
 LABEL = "rsi-bot.sandbox"
-LOG_MAX_SIZE = "8m"
-"""Docker's log of a sandbox container is capped at this (one file, rotated
-away when full): an agent printing without end cannot fill the host's disk."""
+LOG_MAX_SIZE = "4m"
+LOG_MAX_FILES = 2
+"""Docker's log of a sandbox container is capped at LOG_MAX_FILES files of
+LOG_MAX_SIZE (the oldest rotated away): an agent printing without end cannot
+fill the host's disk, and the last LOG_MAX_SIZE at least is always there to read."""
 LINE_CAP = 64 * 1024
 """A streamed line longer than this is delivered in pieces (never held whole)."""
 
@@ -188,7 +190,7 @@ def container_kwargs(
         "stdin_open": False,
         "tty": False,
         "init": True,
-        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_SIZE, "max-file": "1"}},
+        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_SIZE, "max-file": str(LOG_MAX_FILES)}},
     }
     if job.name:
         kw["name"] = job.name
