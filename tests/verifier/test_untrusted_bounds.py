@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from verifier.isolation import Job, ProcessIsolation, run_job
 
 
@@ -32,3 +34,53 @@ def test_process_isolation_passes_an_allowlist_not_everything_but_known_secrets(
         assert leaked not in env, leaked
     assert env["PATH"] == base["PATH"] and env["LANG"] == "C.UTF-8" and env["RSI_SEED"] == "7"
     assert env["RSI_RESULT"] == str(run_dir / "result.json")
+
+
+FILL = """
+import json, os
+big = os.path.join(os.environ["RSI_OUTPUT_DIR"], "big.bin")
+written = 0
+try:
+    with open(big, "wb") as fh:
+        for _ in range(64):
+            fh.write(b"x" * (1 << 20))
+            written += 1 << 20
+except OSError:
+    pass
+try:
+    json.dump({"metrics": {"speed": 1.0}, "meta": {"written": written}}, open(os.environ["RSI_RESULT"], "w"))
+except OSError:
+    pass
+"""
+
+
+@pytest.mark.docker
+def test_a_run_writing_past_its_run_dir_cap_is_an_error_naming_the_cap(tmp_path: Path):
+    """A candidate writes 64 MiB into its output dir, past the 8 MiB cap of its
+    run dir: the run is an error that names the cap, and the host's disk holds
+    none of it (the run dir is a tmpfs in the container; nothing is copied)."""
+    from tests.conftest import docker_unavailable_reason
+    from verifier.config import BenchmarkConfig
+    from verifier.isolation import ContainerIsolation, IsolationSpec
+    from verifier.runner import run_once
+
+    if (why := docker_unavailable_reason()) is not None:
+        pytest.skip(why)
+    base = os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm")
+    spec = IsolationSpec.simple(base, cpus=1, memory="512m").model_copy(update={"run_dir_mib": 8})
+    iso = ContainerIsolation(spec)
+    checkout = tmp_path / "c"
+    checkout.mkdir()
+    (checkout / "fill.py").write_text(FILL)
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        bench = BenchmarkConfig(name="b", command=f"{sys.executable} fill.py", metrics={"speed": "higher"},
+                                timeout_s=120)
+        rec = run_once(bench, checkout, isolation=iso, workdir=work)
+    finally:
+        iso.close()
+    assert not rec.ok
+    assert "size cap (8 MiB for /rsi/run" in rec.error, rec.error
+    on_host = sum(p.stat().st_size for p in work.rglob("*") if p.is_file() and not p.is_symlink())
+    assert on_host < 1024 * 1024, on_host
