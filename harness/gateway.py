@@ -41,6 +41,7 @@ import json
 import math
 import os
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -164,12 +165,18 @@ def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: in
         def log_message(self, *args: Any) -> None:  # nothing an agent sent reaches a log
             pass
 
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            # headers and body in one write: no Nagle / delayed-ACK stall (~40 ms) between them
+            self._headers_buffer.append(b"\r\n")
+            self.wfile.write(b"".join(self._headers_buffer) + body)
+            self._headers_buffer = []
 
         def _authorized(self) -> bool:
             got = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
