@@ -264,8 +264,8 @@ class CommandAgent:
                          tokens_out=meter.get("tokens_out", 0), cost_usd=meter.get("cost_usd"), source="gateway",
                          reported=None if reported is None else reported.model_dump(
                              include={"calls", "tokens_in", "tokens_out"}, exclude_none=True))
-        carried = [where for where, hit in (("the log", res.redacted), ("the hypothesis", leaks.found(hyp, held)))
-                   if hit]
+        # the log stays on the host, redacted; what leaves it (hypothesis, tree) flags the round
+        carried = ["the hypothesis"] if leaks.found(hyp, held) else []
         hyp = sandbox.redact(hyp, held)[:300]
         if note:
             log += f"\n[rsi] {note}\n"

@@ -67,4 +67,7 @@ def test_a_hidden_sentence_written_as_a_result_key_reaches_no_reader(tmp_path: P
     assert all(HIDDEN not in r.to_line() for r in Ledger(repo).records())
     assert all(HIDDEN not in e.model_dump_json() for e in events)
     task_md = (tmp_path / "state" / "rounds" / "2" / "TASK.md").read_text()
-    assert "unknown top-level key" in task_md and HIDDEN not in task_md
+    assert HIDDEN not in task_md
+    # a verified candidate is shown by the fields we produced, never by its verdict's reason text
+    assert "#1" in task_md and "a verifier run failed (stage: candidate" in task_md
+    assert "unknown top-level key" not in task_md
