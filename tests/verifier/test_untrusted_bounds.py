@@ -84,3 +84,40 @@ def test_a_run_writing_past_its_run_dir_cap_is_an_error_naming_the_cap(tmp_path:
     assert "size cap (8 MiB for /rsi/run" in rec.error, rec.error
     on_host = sum(p.stat().st_size for p in work.rglob("*") if p.is_file() and not p.is_symlink())
     assert on_host < 1024 * 1024, on_host
+
+
+HIDDEN = "HIDDEN-EVAL the quick brown fox sings at dawn"
+
+
+def test_a_result_key_or_output_path_never_quoted_into_an_error(tmp_path: Path):
+    """Whatever names a candidate's result holds (unknown keys, undeclared
+    metrics and their values, output paths), an error names the category and
+    our own fields only: a hidden sentence placed there goes no further."""
+    from verifier.protocol import ProtocolError, parse_result
+    from verifier.quality import QualityError, load_tensor
+
+    results = [
+        {HIDDEN: 1},
+        {"metrics": {HIDDEN: "x"}},
+        {"metrics": {"speed": HIDDEN}},
+        {"samples": {HIDDEN: []}},
+        {"counts": {HIDDEN: -1}},
+        {"counts": {"failed": HIDDEN}},
+        {"metrics": {HIDDEN: 1.0}},  # the declared metric is missing: the error lists what it has
+    ]
+    for data in results:
+        with pytest.raises(ProtocolError) as e:
+            parse_result(json.dumps(data), expected_metrics=["speed"])
+        assert HIDDEN not in str(e.value) and "HIDDEN" not in str(e.value), str(e.value)
+    with pytest.raises(ProtocolError) as e:
+        parse_result('{"metrics": {"speed": 1}, "' + HIDDEN + '" ')
+    assert "HIDDEN" not in str(e.value)
+    out = tmp_path / "outputs"
+    (out / "real").mkdir(parents=True)
+    (out / "link").symlink_to(out / "real")
+    (out / "bad.npy").write_text(HIDDEN)
+    (out / f"{HIDDEN}.pt7").write_text("x")
+    for path in (f"{HIDDEN}.npy", f"../{HIDDEN}.npy", f"link/{HIDDEN}.npy", "bad.npy", f"{HIDDEN}.pt7"):
+        with pytest.raises(QualityError) as e:
+            load_tensor(path, out)
+        assert "HIDDEN" not in str(e.value), (path, str(e.value))
