@@ -105,8 +105,14 @@ def found(text: str, secrets: Iterable[str]) -> bool:
     return bool(rx is not None and text and rx.search(text))
 
 
+MIN_HOST_SECRET = 12
+"""A value under a secret-like name shorter than this is not looked for in an
+agent's tree (a weak ``changeme`` would flag every file that says it)."""
+
+
 def host_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     """Every value the host's environment holds under a secret's name (API
-    keys, tokens, the webhook secret...), long enough to look for."""
+    keys, tokens, the webhook secret, a database URL with its password...),
+    long enough to look for."""
     env = os.environ if environ is None else environ
-    return [v for k, v in env.items() if SECRET_NAME.search(k) and v and len(v) >= MIN_SECRET]
+    return [v for k, v in env.items() if SECRET_NAME.search(k) and v and len(v) >= MIN_HOST_SECRET]

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -110,3 +111,28 @@ def test_a_reply_without_usage_is_counted_as_unmetered():
     with upstream(None) as (up, _), gateway(up) as (gw, log):
         assert chat(gw).status_code == 200
     assert parse_meter(log.getvalue())["unmetered"] == 1
+
+
+def test_leaks_are_found_in_every_disguise_and_nothing_else():
+    import base64
+    import binascii
+    from urllib.parse import quote
+
+    from harness import leaks
+
+    key = "sk-live-9f8e7d6c5b4a3210"
+    disguises = [
+        key, key[::-1], " ".join(key), "\n".join(key),
+        base64.b64encode(f"api_key = '{key}'\n".encode()).decode(),
+        base64.b64encode(f"xy{key}".encode()).decode(),  # another alignment
+        base64.urlsafe_b64encode(f"x{key}".encode()).decode(),
+        base64.b32encode(f"abc{key}".encode()).decode(),
+        binascii.hexlify(key.encode()).decode().upper(),
+        quote(f"k={key}", safe=""), "".join(f"%{b:02x}" for b in key.encode()),
+    ]
+    for text in disguises:
+        assert leaks.found(text, [key]), text
+        assert not leaks.found(leaks.redact(text, [key]), [key]), text
+    source = "".join(p.read_text() for p in sorted(Path(leaks.__file__).parent.glob("*.py")))
+    assert not leaks.found(source, [key])  # no false alarm on ordinary text
+    assert leaks.host_secrets({"OPENAI_API_KEY": key, "DB_PASSWORD": "changeme", "PATH": "/usr/bin:/bin/x"}) == [key]
