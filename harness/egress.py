@@ -79,10 +79,13 @@ class EgressInfo:
     network: str
     """The internal network the agent container joins (and nothing else)."""
     proxy_url: str
-    """``http://rsi-egress:8888``: what HTTP(S)_PROXY says."""
+    """``http://rsi-egress:8888``: what HTTP(S)_PROXY says ("" when no host but the
+    model gateway's is allowed: the network then has no proxy at all)."""
 
     def environment(self) -> dict[str, str]:
-        env = {}
+        env: dict[str, str] = {}
+        if not self.proxy_url:
+            return env
         for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env[k] = self.proxy_url
         env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1"
@@ -137,9 +140,7 @@ class Egress:
     def __init__(self, hosts: Sequence[str], *, client=None,
                  upstream_networks: Sequence[str] = ("bridge",), image: str = EGRESS_IMAGE,
                  ready_timeout_s: float = 20.0):
-        self.hosts = check_hosts(hosts)
-        if not self.hosts:
-            raise ValueError("an egress proxy needs at least one allowed host")
+        self.hosts = check_hosts(hosts)  # none: the internal network only (the model gateway's)
         self.client = client
         self.upstream = list(upstream_networks)
         self.image = image
@@ -164,6 +165,10 @@ class Egress:
 
             self.client = docker_client()
         tag = uuid.uuid4().hex[:12]
+        if not self.hosts:
+            self.network = self.client.networks.create(f"rsi-egress-{tag}", driver="bridge",
+                                                       internal=True, labels={LABEL: "1"})
+            return EgressInfo(network=self.network.name, proxy_url="")
         self.confdir = tempfile.mkdtemp(prefix="rsi-egress-")
         os.chmod(self.confdir, 0o755)
         with open(os.path.join(self.confdir, "filter"), "w") as fh:

@@ -54,7 +54,12 @@ class Usage(BaseModel):
     """From the task's prices when set ([agent] price_in_per_mtok, price_out_per_mtok), else the agent's own figure."""
     wall_s: float = Field(0.0, ge=0)
     source: str = ""
-    """Where the counts come from (``mini-trajectory``, ``aider-report``)."""
+    """Where the counts come from: ``gateway`` (the harness's model gateway
+    metered every call: the figures the budget is held to), else the agent's
+    own record (``mini-trajectory``, ``aider-report``)."""
+    reported: dict[str, int] | None = None
+    """With ``gateway``: the agent's own counts (calls, tokens_in, tokens_out),
+    kept only as a cross-check, never summed nor held to a budget."""
 
     @property
     def tokens(self) -> int:

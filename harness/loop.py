@@ -334,6 +334,7 @@ class _Loop:
             ledger=records,
             state=copy.deepcopy(ip.agent_state_before),
             timeout_s=self.spec.agent.round_timeout_s,
+            spent=st.spent,
         )
         t0 = time.monotonic()
         try:
@@ -373,6 +374,8 @@ class _Loop:
         commit it on the candidate's branch (the host never runs git in ``wt``)."""
         export_name = f"cand-{ip.n}.export"
         taken, export = CandidateCommit(), TreeExport()
+        if outcome.withheld:  # it carried a secret: nothing of it is committed
+            return taken, export
         try:
             dest, export = self.ws.export_candidate(wt, export_name)
             body = f"rsi task {self.spec.task_id}, round {ip.round}, agent {agent_name}\nBk: {ip.base_sha}"

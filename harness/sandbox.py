@@ -46,12 +46,22 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.egress import Egress, EgressInfo
+from harness.gateway import ALIAS as GATEWAY_ALIAS
+from harness.gateway import Gateway, GatewayRoute, upstream_host
+from harness.leaks import redact as _redact
 from harness.spec import RunnerProfile
 
 SANDBOX_UID = "1000:1000"
 NPU_CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 NPU_DRIVER_MOUNTS = ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/bin/npu-smi")
 LABEL = "rsi-bot.sandbox"
+LOG_MAX_SIZE = "4m"
+LOG_MAX_FILES = 2
+"""Docker's log of a sandbox container is capped at LOG_MAX_FILES files of
+LOG_MAX_SIZE (the oldest rotated away): an agent printing without end cannot
+fill the host's disk, and the last LOG_MAX_SIZE at least is always there to read."""
+LINE_CAP = 64 * 1024
+"""A streamed line longer than this is delivered in pieces (never held whole)."""
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +94,12 @@ class SandboxResult(BaseModel):
     """Time from create to running (the harness's overhead)."""
     error: str | None = None
     """Why the container could not run (image missing, engine down...)."""
+    output_cut: int = 0
+    """Bytes of output not kept (only the last ``max_output`` are read)."""
+    gateway: dict[str, Any] | None = None
+    """The model gateway's meter of the run (:mod:`harness.gateway`), when one ran."""
+    redacted: bool = False
+    """A secret (or a disguise of one) was removed from the output."""
 
     @property
     def ok(self) -> bool:
@@ -175,6 +191,7 @@ def container_kwargs(
         "stdin_open": False,
         "tty": False,
         "init": True,
+        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_SIZE, "max-file": str(LOG_MAX_FILES)}},
     }
     if job.name:
         kw["name"] = job.name
@@ -226,10 +243,14 @@ def docker_client():
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` without any secret: exact (4 chars or more), and in the
+    disguises :mod:`harness.leaks` knows (reversed, base64, hex... of a secret
+    of 8 chars or more)."""
+    secrets = [s for s in secrets if s]
     for s in secrets:
-        if s and len(s) >= 4:
+        if len(s) >= 4:
             text = text.replace(s, "[REDACTED]")
-    return text
+    return _redact(text, secrets)
 
 
 def _stream(container, on_output: Callable[[str], None], secrets: list[str], sent: list[int]) -> None:
@@ -241,6 +262,9 @@ def _stream(container, on_output: Callable[[str], None], secrets: list[str], sen
         for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
             buf += chunk.decode("utf-8", errors="replace")
             *lines, buf = buf.split("\n")
+            while len(buf) > LINE_CAP:  # a line without end is delivered in pieces, never held whole
+                lines.append(buf[:LINE_CAP])
+                buf = buf[LINE_CAP:]
             for line in lines:
                 sent[0] += 1
                 try:
@@ -249,6 +273,39 @@ def _stream(container, on_output: Callable[[str], None], secrets: list[str], sen
                     log.debug("on_output failed", exc_info=True)
     except Exception:  # noqa: BLE001 - the container went away: the result says why
         log.debug("log stream ended", exc_info=True)
+
+
+def _tail(container, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of a container's output, read as a stream (never
+    held whole), and how many bytes before them were dropped."""
+    keep = bytearray()
+    total = 0
+    for chunk in container.logs(stream=True, follow=False, stdout=True, stderr=True):
+        total += len(chunk)
+        keep += chunk
+        if len(keep) > 2 * limit:
+            del keep[:-limit]
+    if len(keep) > limit:
+        del keep[:-limit]
+    return bytes(keep), total - len(keep)
+
+
+def _egress(job: SandboxJob, profile: RunnerProfile, gateway: GatewayRoute | None, client,
+            upstream_networks: list[str]) -> Egress | None:
+    """The run's egress (its internal network, and a proxy for the allowed
+    hosts other than the model gateway's upstream), or None without network."""
+    if not job.network:
+        return None
+    hosts = list(profile.allowed_hosts)
+    if gateway is not None:
+        up = upstream_host(gateway.upstream)
+        if not any(up == h or (h.startswith("*.") and up.endswith(h[1:])) for h in hosts):
+            raise ValueError(f"the model API host {up!r} (OPENAI_API_BASE) is not in the runner "
+                             "profile's allowed_hosts")
+        hosts = [h for h in hosts if h != up]  # the model is reached through the gateway only
+    elif not hosts:
+        raise ValueError("an egress proxy needs at least one allowed host")
+    return Egress(hosts, client=client, upstream_networks=upstream_networks)
 
 
 def run(
@@ -260,29 +317,46 @@ def run(
     max_output: int = 200_000,
     on_output: Callable[[str], None] | None = None,
     upstream_networks: Iterable[str] = ("bridge",),
+    gateway: GatewayRoute | None = None,
 ) -> SandboxResult:
     """Run ``job`` in a fresh container; always remove it; never raise.
     ``secrets`` are removed from the returned output and from the lines
-    streamed to ``on_output`` (called from a helper thread, line by line)."""
+    streamed to ``on_output`` (called from a helper thread, line by line).
+    Only the last ``max_output`` bytes of the output are read (docker keeps
+    at most :data:`LOG_MAX_SIZE`). With ``gateway`` (a network job), the model
+    API is reached through a model gateway (:mod:`harness.gateway`) that holds
+    the key; the container gets the gateway's URL and a run token instead, and
+    the result carries the gateway's meter."""
     secrets = list(secrets)
+    upstream_networks = list(upstream_networks)
     streamer = None
     sent = [0]
     t0 = time.monotonic()
     container = None
     result = SandboxResult()
     egress = None
+    gw = None
     try:
         client = client or docker_client()
-        if job.network:  # the proxy to the profile's allowed hosts, for this run only
-            egress = Egress(profile.allowed_hosts, client=client,
-                            upstream_networks=list(upstream_networks))
+        egress = _egress(job, profile, gateway, client, upstream_networks)
+        info = egress.__enter__() if egress is not None else None
         kw = container_kwargs(
             job,
             profile,
             npu_devices_present=present_npu_devices() if profile.device == "npu" else (),
             paths_present=[p for p in NPU_DRIVER_MOUNTS if os.path.exists(p)],
-            egress=egress.__enter__() if egress is not None else None,
+            egress=info,
         )
+        if gateway is not None and info is not None:
+            gw = Gateway(gateway.upstream, gateway.key, network=info.network, client=client, image=profile.image,
+                         upstream_networks=upstream_networks, max_tokens=gateway.max_tokens,
+                         max_cost_usd=gateway.max_cost_usd, price_in_per_mtok=gateway.price_in_per_mtok,
+                         price_out_per_mtok=gateway.price_out_per_mtok)
+            env = kw["environment"]
+            env.update(gw.__enter__().environment())
+            for name in ("NO_PROXY", "no_proxy"):
+                if name in env:
+                    env[name] = f"{env[name]},{GATEWAY_ALIAS}"
         kw.setdefault("name", f"rsi-{uuid.uuid4().hex[:12]}")
         container = client.containers.create(**kw)
         container.start()
@@ -315,15 +389,13 @@ def run(
         except Exception:  # noqa: BLE001
             log.debug("reload failed", exc_info=True)
         try:
-            out = container.logs(stdout=True, stderr=True)
-            full = out.decode("utf-8", errors="replace")
-            text = full
-            if len(text) > max_output:
-                text = f"[... {len(text) - max_output} characters cut ...]\n" + text[-max_output:]
-            result.output = text
+            data, cut = _tail(container, max_output)
+            text = data.decode("utf-8", errors="replace")
+            result.output_cut = cut
+            result.output = f"[... {cut} bytes cut ...]\n{text}" if cut else text
             if streamer is not None:
                 streamer.join(timeout=5)
-                rest = full.split("\n")[sent[0]:]
+                rest = text.split("\n")[sent[0]:] if not cut else []
                 if rest and rest[-1] == "":
                     rest.pop()
                 for line in rest:
@@ -343,10 +415,16 @@ def run(
                 container.remove(force=True)
             except Exception:  # noqa: BLE001
                 log.warning("could not remove container %s", getattr(container, "id", "?"), exc_info=True)
+        if gw is not None:
+            result.gateway = gw.meter() or {"calls": 0, "tokens_in": 0, "tokens_out": 0}
+            gw.close()
         if egress is not None:
             egress.close()
         result.duration_s = time.monotonic() - t0
-    result.output = redact(result.output, secrets)
+    clean = redact(result.output, secrets)
+    result.redacted = clean != result.output
+    result.output = clean
     if result.error:
         result.error = redact(result.error, secrets)
     return result
+

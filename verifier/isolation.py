@@ -46,6 +46,9 @@ TAIL_CHARS = 4000
 POLL_S = 0.01
 SWITCH_POLL_S = 0.1  # how often a container's processes' context switches are read
 RUN_MOUNT = "/rsi/run"
+RUN_DIR_MIB = 256
+RUN_DIR_FULL_BYTES = 256 * 1024  # less free than this at the end: the run hit the cap
+MAX_RUN_ENTRIES = 10_000
 INPUT_MOUNT = "/rsi/input"
 SRC_MOUNT = "/rsi/src"
 CONTAINER_HOME = "/tmp/home"
@@ -97,16 +100,32 @@ class Job:
     """Host paths given read-only at the same path (hidden inputs on the runner)."""
 
 
+#: What a benchmark process inherits from the verifier's environment (process
+#: isolation): an allowlist of names a program needs to start, find its Python
+#: and its accelerator, and nothing else. Everything the verifier means a job
+#: to have (paths, pins, the hidden seed) is passed explicitly as ``extra``.
+CHILD_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
+    "TMPDIR", "TEMP", "TMP", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
+    "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "LD_LIBRARY_PATH",
+})
+CHILD_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "ASCEND_", "HCCL_", "OMP_", "MKL_", "OPENBLAS_")
+
+
 def child_env(
     base: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
     drop: tuple[str, ...] = (),
 ) -> dict[str, str]:
-    """``base`` (default: this process's env) minus credentials and ``drop``, plus ``extra``."""
+    """The allowlisted names of ``base`` (default: this process's env;
+    :data:`CHILD_ENV_NAMES`, :data:`CHILD_ENV_PREFIXES`), never a credential-like
+    name nor one in ``drop``, plus ``extra``."""
     env = {
         k: v
         for k, v in (os.environ if base is None else base).items()
-        if not _SECRET.search(k) and k not in drop
+        if (k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES))
+        and not _SECRET.search(k) and k not in drop
     }
     env.update(extra or {})
     return env
@@ -514,6 +533,8 @@ class IsolationSpec(BaseModel):
 
     image: str = Field(min_length=1)
     base_kwargs: dict[str, Any] = Field(default_factory=dict)
+    run_dir_mib: int = Field(RUN_DIR_MIB, ge=1, le=1024 * 1024)
+    """Size cap of each job's run dir (``/rsi/run``, a tmpfs): results and outputs together."""
 
     @field_validator("base_kwargs")
     @classmethod
@@ -676,7 +697,8 @@ class ContainerHandle:
         thr = self.cgroup.throttled_s()
         self.thr0 = thr if thr is not None else 0.0
         env = {**iso.env, **job.env, **iso.paths(job), "HOME": CONTAINER_HOME}
-        wrapper = 'mkdir -p "$HOME" && exec /bin/sh -c "$1"'
+        outputs = f'mkdir -p {RUN_MOUNT}/outputs && ' if job.run_dir is not None else ""
+        wrapper = outputs + 'mkdir -p "$HOME" && exec /bin/sh -c "$1"'
         self.exec_id = self.api.exec_create(
             self.cid,
             ["/bin/sh", "-c", wrapper, "rsi-job", job.command],
@@ -824,6 +846,12 @@ class ContainerHandle:
         wall = (self.end or time.perf_counter()) - self.t0
         cpu1 = getattr(self, "cpu1", None)
         thr1 = getattr(self, "thr1", None)
+        cap_error = ""
+        if self.job.run_dir is not None:
+            if timed_out:  # what may still run must not write while the results are copied
+                with contextlib.suppress(Exception):
+                    self._kill_leftovers()
+            cap_error = self._copy_out()
         with contextlib.suppress(Exception):
             self.container.kill()  # the whole cgroup dies: nothing outlives the job
         exit_code = self._exit_code()
@@ -848,10 +876,50 @@ class ContainerHandle:
             peak_rss_mib=self.peak / (1024 * 1024),
             ready_s=self.output.ready_at,
             cpu_s=None if cpu1 is None else max(0.0, cpu1 - self.cpu0),
-            error="" if timed_out or exit_code is not None else "the job's exit status is unknown",
+            error=cap_error or ("" if timed_out or exit_code is not None else "the job's exit status is unknown"),
             extra=extra,
         )
         return self.result
+
+    def _exec_out(self, argv: list[str], limit: int):
+        """stdout of ``argv`` run in the job's container as the job's user, as a
+        stream of at most ``limit`` bytes (then :class:`_CapExceeded`)."""
+        eid = self.api.exec_create(self.cid, argv, user=self.iso.user, workdir="/")["Id"]
+        return _Capped(self.api.exec_start(eid, stream=True, demux=True), limit)
+
+    def _copy_out(self) -> str:
+        """Copy the run dir (a tmpfs in the container) into the job's host
+        ``run_dir``: regular files, directories, symlinks and FIFOs as such (the
+        host reads results only as regular files, never through a link), no
+        devices, no path leaving the dir, at most :data:`MAX_RUN_ENTRIES`
+        entries and the tmpfs's size. An error naming the cap when the run hit
+        it (or its copy went over), else ""."""
+        import tarfile
+
+        cap = self.iso.spec.run_dir_mib * 1024 * 1024
+        cap_text = f"{self.iso.spec.run_dir_mib} MiB"
+        try:
+            free_s = b"".join(self._exec_out(["stat", "-f", "-c", "%a %S", RUN_MOUNT], 4096)).split()
+            free = int(free_s[0]) * int(free_s[1])
+        except Exception:  # noqa: BLE001 - unknown: judged by the copy's size below
+            free = None
+        if free is not None and free < RUN_DIR_FULL_BYTES:
+            return (f"the run dir hit its size cap ({cap_text} for {RUN_MOUNT}: results and outputs "
+                    "together); the run's results are not read")
+        dest = Path(self.job.run_dir)
+        try:
+            stream = self._exec_out(["tar", "-C", RUN_MOUNT, "-cf", "-", "."], cap + 16 * 1024 * 1024)
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                for n, m in enumerate(tar):
+                    if n > MAX_RUN_ENTRIES:
+                        return (f"the run dir holds more than {MAX_RUN_ENTRIES} entries (its cap); "
+                                "the run's results are not read")
+                    _extract(tar, m, dest)
+        except _CapExceeded:
+            return f"the run dir's copy went over its size cap ({cap_text}); the run's results are not read"
+        except (tarfile.TarError, OSError) as e:
+            return f"the run dir could not be copied out of the job's container ({type(e).__name__})"
+        return ""
 
     def _exit_code(self, wait_s: float = 5.0) -> int | None:
         """The command's exit status as Docker recorded it (it marks an exec done
@@ -877,6 +945,73 @@ class ContainerHandle:
         except Exception as e:  # noqa: BLE001
             if "No such container" not in str(e):
                 raise
+
+
+class _CapExceeded(OSError):
+    """A copy out of a job's container went over its cap."""
+
+
+class _Capped:
+    """A file-like ``read`` over a docker exec's demuxed stdout stream, at most ``limit`` bytes."""
+
+    def __init__(self, stream, limit: int):
+        self.it = iter(stream)
+        self.limit = limit
+        self.total = 0
+        self.buf = b""
+
+    def _more(self) -> bool:
+        for out, _err in self.it:
+            if out:
+                self.total += len(out)
+                if self.total > self.limit:
+                    raise _CapExceeded(f"over {self.limit} bytes")
+                self.buf += out
+                return True
+        return False
+
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or len(self.buf) < n) and self._more():
+            pass
+        if n < 0:
+            n = len(self.buf)
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def __iter__(self):
+        while self._more() or self.buf:
+            data, self.buf = self.buf, b""
+            yield data
+
+
+def _extract(tar, m, dest: Path) -> None:
+    """One tar member into ``dest``, never outside it, never through a link."""
+    import tarfile
+
+    parts = [p for p in Path(m.name).parts if p not in (".", "")]
+    if not parts or any(p == ".." for p in parts) or Path(m.name).is_absolute():
+        return
+    parent = dest.joinpath(*parts[:-1])
+    for i in range(len(parts) - 1):  # every dir on the way is a real dir we made
+        d = dest.joinpath(*parts[: i + 1])
+        if d.is_symlink() or (d.exists() and not d.is_dir()):
+            return
+    parent.mkdir(parents=True, exist_ok=True)
+    path = parent / parts[-1]
+    if path.is_symlink() or path.exists() and not path.is_dir():
+        return
+    if m.isdir():
+        path.mkdir(exist_ok=True)
+    elif m.isreg():
+        src = tar.extractfile(m)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            while chunk := src.read(1 << 20):
+                fh.write(chunk)
+    elif m.issym():
+        os.symlink(m.linkname, path)  # kept as a link: the host reads results with O_NOFOLLOW
+    elif m.type == tarfile.FIFOTYPE:
+        os.mkfifo(path, 0o644)
 
 
 class ContainerIsolation:
@@ -981,8 +1116,6 @@ class ContainerIsolation:
             "bind": SRC_MOUNT,
             "mode": "rw" if job.writable else "ro",
         }
-        if job.run_dir is not None:
-            volumes[str(job.run_dir)] = {"bind": RUN_MOUNT, "mode": "rw"}
         if job.input_dir is not None:
             volumes[str(job.input_dir)] = {"bind": INPUT_MOUNT, "mode": "ro"}
         for path in job.read_only_paths:
@@ -997,7 +1130,10 @@ class ContainerIsolation:
             working_dir="/",
             volumes=volumes,
             tmpfs={
-                "/tmp": f"rw,exec,nosuid,nodev,size={size.group(1) if size else '1g'},mode=1777"
+                "/tmp": f"rw,exec,nosuid,nodev,size={size.group(1) if size else '1g'},mode=1777",
+                # the run dir: a tmpfs of a fixed size, copied out under caps when the job ends
+                **({RUN_MOUNT: f"rw,nosuid,nodev,size={self.spec.run_dir_mib}m,mode=0777"}
+                   if job.run_dir is not None else {}),
             },
             read_only=True,
             cap_drop=["ALL"],

@@ -9,7 +9,12 @@
 ```
 
 ``load_result`` validates strictly and raises ``ProtocolError`` with a message
-a benchmark author can act on. A missing or malformed result is an error,
+a benchmark author can act on. The message names the category of the fault
+(unknown key, bad type) and only OUR names (the sections above, the metrics
+declared in ``.rsi/config.toml``, ``requests``/``failed``), never a string the
+result holds: the result is the candidate's, and a verdict's reason travels to
+the ledger and the next agent's TASK.md (a hidden input written as a key must
+not travel with it). A missing or malformed result is an error,
 never a zero. The file is read as the candidate's code left it, so only as a
 regular file (``read_regular``: no symlink followed, no FIFO or device,
 size-capped).
@@ -61,37 +66,40 @@ class BenchResult(BaseModel):
         """Validate a decoded JSON document; raise ProtocolError on any violation."""
         if not isinstance(data, dict):
             raise ProtocolError(f"the result must be a JSON object, got {_jtype(data)}")
+        declared = frozenset(str(m) for m in expected_metrics)
         unknown = [k for k in data if k not in TOP_LEVEL]
         if unknown:
             raise ProtocolError(
-                f"unknown top-level key(s) {', '.join(map(repr, unknown))}; "
+                f"{len(unknown)} unknown top-level key(s) (not quoted: the result is untrusted); "
                 f"allowed: {', '.join(TOP_LEVEL)}"
             )
         metrics = _table(data, "metrics")
         clean_metrics: dict[str, float] = {}
-        for k, v in metrics.items():
-            clean_metrics[k] = _number(v, f"metrics.{k}")
+        for i, (k, v) in enumerate(metrics.items()):
+            clean_metrics[k] = _number(v, _where("metrics", k, i, declared))
         samples = _table(data, "samples")
         clean_samples: dict[str, tuple[float, ...]] = {}
-        for k, v in samples.items():
+        for i, (k, v) in enumerate(samples.items()):
+            where = _where("samples", k, i, declared)
             if not isinstance(v, list):
-                raise ProtocolError(f"samples.{k} must be a list of numbers, got {_jtype(v)}")
+                raise ProtocolError(f"{where} must be a list of numbers, got {_jtype(v)}")
             if not v:
                 raise ProtocolError(
-                    f"samples.{k} is empty: report at least one value or leave the series out"
+                    f"{where} is empty: report at least one value or leave the series out"
                 )
-            clean_samples[k] = tuple(_number(x, f"samples.{k}[{i}]") for i, x in enumerate(v))
+            clean_samples[k] = tuple(_number(x, f"{where}[{j}]") for j, x in enumerate(v))
         outputs = _table(data, "outputs")
         counts = _table(data, "counts")
         clean_counts: dict[str, int] = {}
-        for k, v in counts.items():
+        for i, (k, v) in enumerate(counts.items()):
             if (
                 isinstance(v, bool)
                 or not isinstance(v, (int, float))
                 or float(v) != int(v)
                 or v < 0
             ):
-                raise ProtocolError(f"counts.{k} must be a non-negative integer, got {v!r}")
+                where = _where("counts", k, i, frozenset({"requests", "failed"}))
+                raise ProtocolError(f"{where} must be a non-negative integer, got {_jtype(v)}")
             clean_counts[k] = int(v)
         if "requests" in clean_counts and clean_counts.get("failed", 0) > clean_counts["requests"]:
             raise ProtocolError(
@@ -100,10 +108,11 @@ class BenchResult(BaseModel):
             )
         missing = [m for m in expected_metrics if m not in clean_metrics]
         if missing:
-            have = ", ".join(sorted(clean_metrics)) or "none"
+            have = sorted(m for m in clean_metrics if m in declared)
             raise ProtocolError(
                 f"missing metric(s) {', '.join(map(repr, missing))} declared in .rsi/config.toml; "
-                f"the result reports: {have}"
+                f"the result reports {len(clean_metrics)} metric(s)"
+                + (f", of the declared ones: {', '.join(have)}" if have else ", none of them declared")
             )
         meta = _table(data, "meta")
         return cls(
@@ -179,10 +188,8 @@ def parse_result(text: str, *, expected_metrics: Iterable[str] = ()) -> BenchRes
     except ProtocolError:
         raise
     except json.JSONDecodeError as e:
-        snippet = text[max(0, e.pos - 20) : e.pos + 20].replace("\n", "\\n")
         raise ProtocolError(
-            f"the result is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} "
-            f"(near {snippet!r})"
+            f"the result is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
         ) from None
     return BenchResult.parse(data, expected_metrics=expected_metrics)
 
@@ -200,12 +207,20 @@ def _table(data: dict, key: str) -> dict:
     return v
 
 
+def _where(section: str, key: str, index: int, ours: frozenset[str]) -> str:
+    """How an error names an entry of a section: by its key when the key is one
+    of ours (a declared metric, ``requests``), else by its position only."""
+    if key in ours:
+        return f"{section}.{key}"
+    return f"{section}: entry #{index + 1} (a key not declared in .rsi/config.toml, not quoted)"
+
+
 def _number(v: Any, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ProtocolError(f"{where} must be a number, got {_jtype(v)} {v!r:.40}")
+        raise ProtocolError(f"{where} must be a number, got {_jtype(v)}")
     f = float(v)
     if not math.isfinite(f):
-        raise ProtocolError(f"{where} is {v}: report finite numbers only")
+        raise ProtocolError(f"{where} is not finite: report finite numbers only")
     return f
 
 

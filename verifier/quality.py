@@ -135,11 +135,11 @@ def resolve(path: str, bases: list[Path]) -> Path:
             except ValueError:
                 continue
         if ".." in rel.parts:
-            raise QualityError(f"output file {path} leaves the output dir ('..')")
+            raise QualityError("an output path leaves the output dir ('..'; the path is not quoted)")
         if _plain_path(b, rel):
             return b / rel
     where = ", ".join(map(str, bases))
-    raise QualityError(f"output file {path} not found (looked in {where})")
+    raise QualityError(f"an output file the result names was not found (looked in {where}; its path is not quoted)")
 
 
 def _plain_path(base: Path, rel: Path) -> bool:
@@ -153,7 +153,7 @@ def _plain_path(base: Path, rel: Path) -> bool:
         except OSError:
             return False
         if not stat.S_ISDIR(st.st_mode):
-            raise QualityError(f"output path {rel}: {part} is a symlink or not a directory")
+            raise QualityError("an output path goes through a symlink or not a directory (not followed; not quoted)")
     return os.path.lexists(base / rel)
 
 
@@ -161,7 +161,7 @@ def read_file(p: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     try:
         return read_regular(p, limit, "output file")
     except FileNotFoundError:
-        raise QualityError(f"output file {p.name} does not exist") from None
+        raise QualityError("an output file the result names does not exist") from None
     except ProtocolError as e:
         raise QualityError(str(e)) from None
 
@@ -177,22 +177,22 @@ def load_tensor(path: str, base: Path | list[Path]) -> tuple[np.ndarray, str]:
         except QualityError:
             raise
         except Exception as e:  # noqa: BLE001
-            raise QualityError(f"cannot read {p.name}: {e}") from None
+            raise QualityError(f"cannot read an output .npy file ({type(e).__name__})") from None
         return a, _NP_DTYPE.get(str(a.dtype), str(a.dtype))
     if p.suffix in (".pt", ".pth"):
         try:
             import torch  # lazily: only for .pt outputs
         except ImportError:
             raise QualityError(
-                f"{p.name} is a torch file but torch is not installed; save .npy instead"
+                "an output file is a torch file but torch is not installed; save .npy instead"
             ) from None
         data = read_file(p)
         try:
             t = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001
-            raise QualityError(f"cannot read {p.name}: {e}") from None
+            raise QualityError(f"cannot read an output .pt file ({type(e).__name__})") from None
         if not isinstance(t, torch.Tensor):
-            raise QualityError(f"{p.name} holds a {type(t).__name__}, not a tensor")
+            raise QualityError("an output .pt file holds something other than a tensor")
         name = {
             torch.float32: "fp32",
             torch.float16: "fp16",
@@ -207,7 +207,7 @@ def load_tensor(path: str, base: Path | list[Path]) -> tuple[np.ndarray, str]:
         if name == "fp16":
             arr = arr.astype(np.float16)
         return arr, name
-    raise QualityError(f"unsupported tensor file {p.name}: use .npy (or .pt with torch installed)")
+    raise QualityError("an output tensor file of an unsupported type: use .npy (or .pt with torch installed)")
 
 
 def snapshot(outputs: dict, guards: list[QualityGuard], bases: list[Path]) -> dict[str, Any]:
@@ -334,7 +334,7 @@ def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, Any] | QualityError
     try:
         for e in found:
             if e.is_symlink() or not e.is_file(follow_symlinks=False):
-                raise QualityError(f"output {e.name} is not a regular file (a symlink, FIFO...)")
+                raise QualityError(f"an output file matching {g.files} is not a regular file (a symlink, FIFO...)")
             data = read_file(Path(e.path))
             out[e.name] = read_wav(data, e.name) if g.kind == "waveform" else _npy(data, e.name)
     except QualityError as err:
@@ -346,7 +346,7 @@ def _npy(data: bytes, name: str) -> tuple[np.ndarray, str]:
     try:
         a = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as e:  # noqa: BLE001
-        raise QualityError(f"cannot read {name}: {e}") from None
+        raise QualityError(f"cannot read an output .npy file ({type(e).__name__})") from None
     return a, _NP_DTYPE.get(str(a.dtype), str(a.dtype))
 
 
@@ -358,7 +358,7 @@ def read_wav(data: bytes, name: str = "wav") -> tuple[np.ndarray, int]:
             width, rate, n = w.getsampwidth(), w.getframerate(), w.getnframes()
             raw = w.readframes(n)
     except (wave.Error, EOFError) as e:
-        raise QualityError(f"{name} is not a PCM WAV file: {e}") from None
+        raise QualityError(f"an output file is not a PCM WAV file ({type(e).__name__})") from None
     if width == 1:
         a = (np.frombuffer(raw, dtype=np.uint8).astype(np.float64) - 128) / 128
     elif width == 3:
@@ -372,7 +372,7 @@ def read_wav(data: bytes, name: str = "wav") -> tuple[np.ndarray, int]:
     elif width in (2, 4):
         a = np.frombuffer(raw, dtype=f"<i{width}").astype(np.float64) / (1 << (8 * width - 1))
     else:
-        raise QualityError(f"{name}: {8 * width}-bit samples are not supported")
+        raise QualityError(f"an output WAV file has {8 * width}-bit samples: not supported")
     return a, rate
 
 
@@ -404,7 +404,7 @@ def compare_files(
     extra = sorted(set(cand) - set(ref))
     if missing or extra:
         parts = [f"missing {', '.join(missing[:5])}" if missing else "",
-                 f"unexpected {', '.join(extra[:5])}" if extra else ""]  # fmt: skip
+                 f"{len(extra)} unexpected (names not quoted)" if extra else ""]  # fmt: skip
         what = "; ".join(p for p in parts if p)
         return False, math.nan, f"{len(cand)} files vs {len(ref)} of {ref_label}: {what}"
     names = sorted(ref)

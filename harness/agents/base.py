@@ -49,6 +49,8 @@ class AgentContext(BaseModel):
     state: dict[str, Any] = Field(default_factory=dict)
     """The agent's own persistent state (saved in the loop's state file)."""
     timeout_s: float = 900
+    spent: Usage | None = None
+    """What the task has used before this round (its budget's remainder goes to the model gateway)."""
 
 
 class AgentOutcome(BaseModel):
@@ -66,7 +68,9 @@ class AgentOutcome(BaseModel):
     """The patch text as given (replay): checked by the edit policy too."""
     duration_s: float = 0.0
     usage: Usage | None = None
-    """Model calls and tokens of this run, when the agent reports them."""
+    """Model calls and tokens of this run: the model gateway's meter, else what the agent reports."""
+    withheld: bool = False
+    """The agent's tree is not taken (its output carried a secret): nothing is committed or judged."""
 
 
 @runtime_checkable

@@ -51,10 +51,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import sandbox
+from harness import leaks, sandbox
 from harness.agents.base import AgentContext, AgentOutcome, UnsafeFile, read_agent_file
 from harness.agents.hostlibs import lib_mounts
 from harness.agents.usage import read_usage
+from harness.gateway import GatewayRoute
+from harness.leaks import SECRET_NAME, host_secrets
+from harness.ledger import Usage
 from harness.spec import RunnerProfile
 from harness.workspace import hand_to_sandbox
 
@@ -216,34 +219,68 @@ class CommandAgent:
             network=network,
         )
 
+    def route(self, ctx: AgentContext, profile: RunnerProfile, source) -> GatewayRoute | None:
+        """The model gateway's route for this run: when the profile names an
+        OpenAI-compatible endpoint (``env.OPENAI_API_BASE``) and has network.
+        It holds the key (``OPENAI_API_KEY`` of the runner's environment) and
+        what is left of the task's token and cost budgets."""
+        base = profile.env.get("OPENAI_API_BASE") or profile.env.get("OPENAI_BASE_URL")
+        if not (profile.network and base):
+            return None
+        a, spent = ctx.spec.agent, ctx.spent or Usage()
+        return GatewayRoute(
+            upstream=base, key=source.get("OPENAI_API_KEY", ""),
+            max_tokens=None if a.max_tokens is None else max(0, a.max_tokens - spent.tokens),
+            max_cost_usd=None if a.max_cost_usd is None else max(0.0, a.max_cost_usd - (spent.cost_usd or 0)),
+            price_in_per_mtok=a.price_in_per_mtok, price_out_per_mtok=a.price_out_per_mtok)
+
     def run(self, ctx: AgentContext) -> AgentOutcome:
         t0 = time.monotonic()
         profile = self.profile or ctx.spec.runner.active
         source = self.environ if self.environ is not None else os.environ
         hidden = {ctx.spec.verify.hidden.seed_env, *ctx.spec.verify.hidden.env}  # verifier-only, never an agent's
         passed = {n: source[n] for n in self.env_names if source.get(n) and n not in hidden}
+        route = self.route(ctx, profile, source)
+        if route is not None:  # the gateway holds the key: the agent gets no secret at all
+            passed = {n: v for n, v in passed.items() if not SECRET_NAME.search(n)}
+        # every secret the host holds, looked for in everything the agent wrote (harness.leaks)
+        held = list(dict.fromkeys([*passed.values(), *(source.get(n, "") for n in self.env_names),
+                                   *host_secrets(source), *host_secrets()]))
+        held = [v for v in held if v]
         scratch = fresh_scratch(Path(ctx.scratch_dir or Path(ctx.io_dir) / "out"))
         try:
             job = self._job(ctx, scratch, passed, profile.network)
         except FileNotFoundError as exc:
             return AgentOutcome(error=str(exc), duration_s=time.monotonic() - t0)
-        res = sandbox.run(job, profile, secrets=passed.values(), upstream_networks=self.upstream_networks)
+        res = sandbox.run(job, profile, secrets=held, upstream_networks=self.upstream_networks, gateway=route)
         log = res.output
         hyp, note = read_hypothesis(scratch, log)
-        used = read_usage(self.usage, scratch, log)
+        reported = read_usage(self.usage, scratch, log)
         shutil.rmtree(scratch, ignore_errors=True)  # nothing else in it is ever read
-        hyp = sandbox.redact(hyp, passed.values())[:300]
+        used = reported
+        if route is not None:
+            meter = res.gateway or {}
+            used = Usage(calls=meter.get("calls", 0), tokens_in=meter.get("tokens_in", 0),
+                         tokens_out=meter.get("tokens_out", 0), cost_usd=meter.get("cost_usd"), source="gateway",
+                         reported=None if reported is None else reported.model_dump(
+                             include={"calls", "tokens_in", "tokens_out"}, exclude_none=True))
+        # the log stays on the host, redacted; what leaves it (hypothesis, tree) flags the round
+        carried = ["the hypothesis"] if leaks.found(hyp, held) else []
+        hyp = sandbox.redact(hyp, held)[:300]
         if note:
             log += f"\n[rsi] {note}\n"
         out = AgentOutcome(hypothesis=hyp or f"{self.name}: (no hypothesis given)", log=log,
                            duration_s=time.monotonic() - t0, usage=used)
-        leaked = scrub_secrets(ctx.worktree, passed.values())
+        carried += scrub_secrets(ctx.worktree, held)
         if res.error:
             out.error = f"agent container failed to run: {res.error}"
         elif res.timed_out:
             out.error = f"agent timed out after {ctx.timeout_s:g} s"
         elif res.oom_killed:
             out.error = f"agent was killed: out of memory (limit {profile.memory})"
+        elif route is not None and (res.gateway or {}).get("refused"):
+            out.error = (f"the model gateway refused {res.gateway['refused']} call(s): "
+                         f"{res.gateway.get('refusal') or 'budget spent'}")
         elif res.exit_code != 0:
             tail = log.strip().splitlines()[-5:]
             out.error = f"agent exited with code {res.exit_code}: " + " | ".join(tail)[-500:]
@@ -251,16 +288,19 @@ class CommandAgent:
             # exit 0 but not one model reply (aider does that): the endpoint is down or refused it
             tail = " | ".join(log.strip().splitlines()[-3:])[-300:]
             out.error = f"the agent got no reply from its model API (down, refused, or a wrong OPENAI_API_BASE?): {tail}"
-        if leaked:
-            out.error = (f"the agent wrote a secret (its API key) into {', '.join(leaked[:5])}: "
-                         "replaced with [REDACTED]; the candidate is not judged")
+        if carried:
+            out.withheld = True
+            out.error = (f"the agent's output carried a secret the host holds (as written or disguised: "
+                         f"reversed, encoded, split) in {', '.join(carried[:5])}: replaced with [REDACTED]; "
+                         "nothing of this round is committed or judged")
         return out
 
 
 def scrub_secrets(tree: Path, secrets, *, max_bytes: int = 4 * 1024 * 1024) -> list[str]:
     """Replace every secret value in the agent's tree's regular files (links
-    never followed) with ``[REDACTED]``; the paths where one was found."""
-    values = [s.encode() for s in secrets if s and len(s) >= 8]
+    never followed), as written or in a disguise :mod:`harness.leaks` knows,
+    with ``[REDACTED]``; the paths where one was found."""
+    values = [s for s in secrets if s and len(s) >= leaks.MIN_SECRET]
     if not values:
         return []
     found = []
@@ -270,11 +310,9 @@ def scrub_secrets(tree: Path, secrets, *, max_bytes: int = 4 * 1024 * 1024) -> l
             path = os.path.join(dirpath, fn)
             if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > max_bytes:
                 continue
-            data = Path(path).read_bytes()
-            if any(v in data for v in values):
-                for v in values:
-                    data = data.replace(v, b"[REDACTED]")
-                Path(path).write_bytes(data)
+            text = Path(path).read_bytes().decode("latin-1")  # byte for byte: secrets are ASCII
+            if leaks.found(text, values):
+                Path(path).write_bytes(leaks.redact(text, values).encode("latin-1"))
                 found.append(os.path.relpath(path, tree))
     return sorted(found)
 

@@ -73,6 +73,34 @@ def _one_line(text: str | None, max_len: int = 300) -> str:
     return s if len(s) <= max_len else s[: max_len - 1] + "…"
 
 
+_STAGE = re.compile(r"[a-z0-9_-]{1,32}")
+
+
+def _why(r: LedgerRecord) -> str:
+    """Why a record ended as it did, from fields we produced. A verified
+    candidate: the verifier's numbers and the names of its guards that did not
+    pass (config names), never the verdict's reason text, which a candidate's
+    run (with the hidden inputs in its reach) may have shaped. One the harness
+    decided before any run (edit policy, export, the agent's own failure): the
+    harness's reason."""
+    if r.verdict is None:
+        return _one_line(r.reason)
+    parts = []
+    if r.gain is not None:
+        ci = (f" [{_pct(r.ratio_low - 1)}, {_pct(r.ratio_high - 1)}]"
+              if r.ratio_low is not None and r.ratio_high is not None else "")
+        parts.append(f"{r.objective_metric or 'objective'} {_pct(r.gain)}{ci}")
+    bad = [f"{g.name} ({g.status})" for g in r.guards if g.status in ("fail", "unclear")]
+    if bad:
+        parts.append("guards not passed: " + ", ".join(bad))
+    if r.decision == "error":
+        err = r.verdict.get("error") if isinstance(r.verdict, dict) else None
+        stage = str(err.get("stage", "")) if isinstance(err, dict) else ""
+        stage = stage if _STAGE.fullmatch(stage) else "unknown"
+        parts.append(f"a verifier run failed (stage: {stage}; its message is not quoted here)")
+    return _one_line("; ".join(parts) or "no figures")
+
+
 def ledger_digest(records: Iterable[LedgerRecord], task_id: str, *, limit: int = 15) -> str:
     recs = [r for r in records if r.event == "candidate"]
     kept = [r for r in recs if r.status == "kept" or (r.decision == "accept" and r.status == "merged")]
@@ -107,14 +135,14 @@ def ledger_digest(records: Iterable[LedgerRecord], task_id: str, *, limit: int =
     lines.append("### Rejected: do not try these again")
     if failed:
         for r in failed[-limit:]:
-            lines.append(f"- {who(r)}: {r.decision}: {_one_line(r.reason)}")
+            lines.append(f"- {who(r)}: {r.decision}: {_why(r)}")
     else:
         lines.append("- nothing yet")
     if errors:
         lines.append("")
         lines.append("### Failed to run (infrastructure or a crash; fixing the cause may help)")
         for r in errors[-5:]:
-            lines.append(f"- {who(r)}: {_one_line(r.reason)}")
+            lines.append(f"- {who(r)}: {_why(r)}")
     return "\n".join(lines)
 
 

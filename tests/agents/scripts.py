@@ -33,7 +33,4 @@ SCRIPTS: dict[str, list[dict]] = {
     "mini-toobig": [READ_TASK, {"bash": "for i in $(seq 1 80); do echo \"X$i = $i\" >> app/core.py; done && "
                                         "echo 'precompute a table' > \"$RSI_HYPOTHESIS_FILE\""}, FINISH],
     "mini-forever": [READ_TASK, {"bash": "sleep 2; echo still thinking"}],
-    "mini-leak": [READ_TASK, {"bash": "echo \"my key is $OPENAI_API_KEY\"; "
-                                      "echo \"api_key = '$OPENAI_API_KEY'\" > app/notes.txt; "
-                                      "echo \"used key $OPENAI_API_KEY\" > \"$RSI_HYPOTHESIS_FILE\""}, FINISH],
 }

@@ -6,6 +6,7 @@ edit goes through the edit policy and the verifier like any candidate."""
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -18,11 +19,35 @@ from harness.spec import load_task
 from tests.fakemodel.fixture import HOST, PORT, FakeModel
 from tests.harness.target import CONFIG, make_target
 
-from .scripts import MINI_USAGE, SCRIPTS
+from .scripts import FINISH, MINI_USAGE, READ_TASK, SCRIPTS
 
 pytestmark = pytest.mark.docker
 
-API_KEY = "sk-rsi-test-5f2b9c0e7d41a8b3"
+# drawn per session: the key is in no file the agent could read (the project's source is mounted)
+API_KEY = "sk-rsi-test-" + secrets.token_hex(8)
+REVERSED = API_KEY[::-1]
+# the agent looks for the key everywhere it can read (its env, PID 1's env, its files): the
+# command holds the key only reversed, so that the search itself does not plant it
+SNOOP = (
+    "env | sort; tr '\\0' '\\n' < /proc/1/environ; "
+    f"python -c \"import os,sys; k='{REVERSED}'[::-1]; "
+    "hits=[os.path.join(d,f) for r in ('/rsi','/work','/tmp','/etc','/opt') for d,_,fs in os.walk(r) for f in fs "
+    "if os.path.isfile(os.path.join(d,f)) and os.access(os.path.join(d,f), os.R_OK) and k.encode() in open(os.path.join(d,f),'rb').read(1<<22)]; "
+    "print('FOUND:'+' '.join(hits) if hits else 'NOWHERE'); print('KEY-IN-ENV' if k in str(os.environ) else 'NOT-IN-ENV')\"; "
+    "echo SNOOP-DONE"
+)
+# a prompt injection that knows the key: reversed into the hypothesis, base64 into a file
+DISGUISE = (
+    f"python -c \"import base64; k='{REVERSED}'[::-1]; "
+    "open('app/notes.b64','w').write(base64.b64encode(('api_key = ' + repr(k)).encode()).decode()); "
+    "open('/rsi/out/hypothesis.txt','w').write('tuned ' + k[::-1])\""
+)
+GATEWAY_SCRIPTS = {
+    **SCRIPTS,
+    "mini-snoop": [{"bash": SNOOP, "usage": {"prompt_tokens": 500, "completion_tokens": 30}}, FINISH],
+    "mini-disguise": [READ_TASK, {"bash": DISGUISE}, FINISH],
+    "mini-budget": [READ_TASK, {"bash": "echo should never run"}, FINISH],
+}
 
 
 def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 120, extra: str = "") -> str:
@@ -55,7 +80,7 @@ env = {{ OPENAI_API_BASE = "http://{host}:{PORT}/v1" }}
 
 @pytest.fixture(scope="module")
 def fakemodel():
-    with FakeModel(SCRIPTS, api_key=API_KEY) as fm:
+    with FakeModel(GATEWAY_SCRIPTS, api_key=API_KEY) as fm:
         yield fm
 
 
@@ -81,16 +106,22 @@ def keep_record(tmp_path: Path, name: str, rec) -> None:
     (out / f"{name}-record.json").write_text(rec.model_dump_json(by_alias=True, indent=1))
 
 
-def no_secret_anywhere(tmp_path: Path, repo: Path, events: list) -> None:
-    """The key is in no file of the state dir, no ledger line, no event."""
+def no_secret_anywhere(tmp_path: Path, repo: Path, events: list, *, disguised: bool = False) -> None:
+    """The key is in no file of the state dir, no commit of any branch, no
+    event (nor any disguise of it, with ``disguised``)."""
+    from harness import leaks
+
+    def clean(text: str) -> bool:
+        return API_KEY not in text and not (disguised and leaks.found(text, [API_KEY]))
+
     for p in (tmp_path / "state").rglob("*"):
         if p.is_file() and not p.is_symlink():
-            assert API_KEY not in p.read_text(errors="replace"), p
+            assert clean(p.read_text(errors="replace")), p
     import subprocess
 
     ledger = subprocess.run(["git", "log", "-p", "--all"], cwd=repo, capture_output=True, text=True).stdout
-    assert API_KEY not in ledger
-    assert all(API_KEY not in e.model_dump_json() for e in events)
+    assert clean(ledger)
+    assert all(clean(e.model_dump_json()) for e in events)
 
 
 def test_mini_swe_agent_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
@@ -104,7 +135,8 @@ def test_mini_swe_agent_makes_a_verified_candidate(tmp_path: Path, fakemodel: Fa
     assert rec.files == ["app/settings.toml"] and rec.lines_added == 1 and rec.lines_removed == 1
     assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == MINI_USAGE
     assert rec.usage.cost_usd == pytest.approx((3600 * 2.0 + 120 * 8.0) / 1e6)
-    assert rec.usage.wall_s > 0 and rec.usage.source == "mini-trajectory"
+    # metered by the gateway; the agent's own trajectory is kept as a cross-check only
+    assert rec.usage.wall_s > 0 and rec.usage.source == "gateway" and rec.usage.reported == MINI_USAGE
     assert load_state(tmp_path / "state").spent.tokens == 3720
     seen = fakemodel.requests("mini-ok")
     assert len(seen) == 3 and all(r["key_ok"] for r in seen)
@@ -122,6 +154,7 @@ def test_aider_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
     assert rec.files == ["app/settings.toml"], rec.files  # no .aider* files in the candidate
     assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == \
         {"calls": 1, "tokens_in": 900, "tokens_out": 40}
+    assert rec.usage.source == "gateway" and rec.usage.reported == {"calls": 1, "tokens_in": 900, "tokens_out": 40}
     seen = fakemodel.requests("aider-ok")
     assert len(seen) == 1 and seen[0]["key_ok"]
     assert any("make `speed` faster" in m for m in seen[0]["messages"])  # TASK.md is aider's message
@@ -148,19 +181,53 @@ def test_agent_that_never_finishes_is_an_error_round(tmp_path: Path, fakemodel: 
     assert recs[0].usage.wall_s >= 25
 
 
-def test_api_key_is_redacted_everywhere(tmp_path: Path, fakemodel: FakeModel):
-    repo, res, recs, events = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-leak")
-    (c,) = res.candidates
-    assert c.decision == "error" and "wrote a secret" in c.reason and "app/notes.txt" in c.reason
-    assert c.hypothesis == "used key [REDACTED]"
-    log = (tmp_path / "state" / "rounds" / "1" / "agent.log").read_text()
-    assert "my key is [REDACTED]" in log
+def test_the_agent_never_holds_the_key(tmp_path: Path, fakemodel: FakeModel):
+    """The agent looks for the model key in its environment, PID 1's, and every
+    file it can read: it is nowhere; the upstream still got it (the gateway's
+    injection), and the round's usage is the gateway's meter."""
+    repo, res, recs, events = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-snoop")
+    seen = fakemodel.requests("mini-snoop")
+    assert len(seen) == 2 and all(r["key_ok"] for r in seen)  # the upstream got the real key
+    observed = "\n".join(seen[1]["messages"])  # what the agent's commands printed
+    assert "SNOOP-DONE" in observed and "NOWHERE" in observed and "NOT-IN-ENV" in observed, observed[-2000:]
+    assert "OPENAI_API_KEY=rsi-gw-" in observed and "OPENAI_API_BASE=http://rsi-model-gateway:4000/v1" in observed
+    assert API_KEY not in observed and "FOUND:" not in observed
+    assert recs[0].usage.source == "gateway" and recs[0].usage.calls == 2
+    assert recs[0].usage.tokens_in == 500 + 1400 and recs[0].usage.tokens_out == 30 + 10
     no_secret_anywhere(tmp_path, repo, events)
-    from bot.render import status_comment
 
-    assert API_KEY not in status_comment(state="running", candidates=[
-        type("C", (), {"n": 1, "decision": c.decision, "hypothesis": c.hypothesis, "pr_number": None,
-                       "state": "open"})()])
+
+def test_a_key_the_agent_learns_leaves_in_no_disguise(tmp_path: Path, fakemodel: FakeModel):
+    """A prompt injection hands the agent the key: it writes it reversed in its
+    hypothesis and base64-encoded in a file. Both are found, the round is an
+    error that names where (never the key), and nothing of it is committed."""
+    from harness import leaks
+
+    repo, res, recs, events = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-disguise")
+    (c,) = res.candidates
+    assert c.decision == "error", c.reason
+    assert "carried a secret" in c.reason and "the hypothesis" in c.reason and "app/notes.b64" in c.reason
+    assert not leaks.found(c.reason, [API_KEY]) and not leaks.found(c.hypothesis, [API_KEY])
+    assert c.hypothesis == "tuned [REDACTED]"
+    assert not c.sha and not recs[0].sha  # nothing committed
+    import subprocess
+
+    branches = subprocess.run(["git", "branch", "--list", "rsi/*"], cwd=repo, capture_output=True, text=True).stdout
+    assert "rsi/t-mini-disguise/1" not in branches
+    no_secret_anywhere(tmp_path, repo, events, disguised=True)
+
+
+def test_the_gateway_holds_the_token_budget(tmp_path: Path, fakemodel: FakeModel):
+    """1,000 tokens: the first call (1,050) is let through, every later one is
+    refused by the gateway; the agent's own count does not matter."""
+    _, res, recs, _ = run_agent(tmp_path, fakemodel, "mini-swe-agent", "mini-budget", extra="max_tokens = 1000\n",
+                                rounds=2)
+    (c,) = res.candidates
+    assert c.decision == "error" and "the model gateway refused" in c.reason, c.reason
+    assert "token budget spent: 1,050 tokens used this round, 1,000 were left" in c.reason
+    assert len(fakemodel.requests("mini-budget")) == 1  # refused calls never reach the model
+    assert recs[0].usage.source == "gateway" and recs[0].usage.tokens == 1050
+    assert res.reason.startswith("token budget spent: 1,050 of 1,000")
 
 
 def test_model_endpoint_down_is_an_error_round(tmp_path: Path, fakemodel: FakeModel):

@@ -212,10 +212,10 @@ def test_container_kwargs_of_a_run_and_a_setup(tmp_path):
     assert kw["user"] == "65534:65534" and kw["command"] == ["sleep", "infinity"]
     assert kw["volumes"]["/opt/py"]["mode"] == "ro"  # every spec volume is read-only
     assert kw["volumes"][str(tmp_path.resolve())] == {"bind": "/rsi/src", "mode": "ro"}
-    assert kw["volumes"][str(run_dir)] == {"bind": "/rsi/run", "mode": "rw"}
-    assert "size=256m" in kw["tmpfs"]["/tmp"]
+    assert str(run_dir) not in kw["volumes"]  # the run dir is a tmpfs of a fixed size, copied out
+    assert "size=256m" in kw["tmpfs"]["/tmp"] and "size=256m" in kw["tmpfs"]["/rsi/run"]
     rw = [v for v in kw["volumes"].values() if v["mode"] == "rw"]
-    assert rw == [{"bind": "/rsi/run", "mode": "rw"}]  # the run's own dir is the only one
+    assert rw == []  # no host dir is writable by a run
     setup = iso.create_kwargs(Job("x", tmp_path, role="setup", writable=True))
     assert setup["volumes"][str(tmp_path.resolve())]["mode"] == "rw"
     # a serving run: the server in a loopback-only namespace, the client in the server's

@@ -34,14 +34,14 @@ def test_good_result(tmp_path):
         ('{"metrics": {"x": NaN}}', "NaN"),
         ('{"metrics": {"x": Infinity}}', "Infinity"),
         ("[1, 2]", "must be a JSON object, got an array"),
-        ('{"metric": {"x": 1}}', "unknown top-level key(s) 'metric'"),
+        ('{"metric": {"x": 1}}', "1 unknown top-level key(s) (not quoted"),
         ('{"metrics": [1]}', "'metrics' must be a JSON object"),
-        ('{"metrics": {"x": "fast"}}', "metrics.x must be a number, got a string"),
-        ('{"metrics": {"x": true}}', "metrics.x must be a number, got a boolean"),
-        ('{"metrics": {"x": null}}', "metrics.x must be a number, got null"),
-        ('{"samples": {"lat": 3}}', "samples.lat must be a list of numbers"),
-        ('{"samples": {"lat": []}}', "samples.lat is empty"),
-        ('{"samples": {"lat": [1, "a"]}}', "samples.lat[1] must be a number"),
+        ('{"metrics": {"x": "fast"}}', "metrics: entry #1 (a key not declared in .rsi/config.toml, not quoted) must be a number, got a string"),
+        ('{"metrics": {"x": true}}', "must be a number, got a boolean"),
+        ('{"metrics": {"x": null}}', "must be a number, got null"),
+        ('{"samples": {"lat": 3}}', "samples: entry #1 (a key not declared in .rsi/config.toml, not quoted) must be a list of numbers"),
+        ('{"samples": {"lat": []}}', "is empty"),
+        ('{"samples": {"lat": [1, "a"]}}', "not quoted)[1] must be a number"),
         ('{"counts": {"failed": -1}}', "counts.failed must be a non-negative integer"),
         ('{"counts": {"failed": 1.5}}', "counts.failed must be a non-negative integer"),
         ('{"counts": {"requests": 2, "failed": 3}}', "exceeds counts.requests"),
@@ -59,9 +59,16 @@ def test_missing_declared_metric():
             '{"metrics": {"throughput": 1}}', expected_metrics=["throughput", "latency_p95_s"]
         )
     assert (
-        "missing metric(s) 'latency_p95_s' declared in .rsi/config.toml; the result reports: "
-        "throughput" in str(e.value)
+        "missing metric(s) 'latency_p95_s' declared in .rsi/config.toml; the result reports "
+        "1 metric(s), of the declared ones: throughput" in str(e.value)
     )
+
+
+def test_a_declared_metric_is_named_by_its_key():
+    with pytest.raises(ProtocolError, match=r"metrics\.speed must be a number, got a string"):
+        parse_result('{"metrics": {"speed": "fast"}}', expected_metrics=["speed"])
+    with pytest.raises(ProtocolError, match=r"counts\.failed must be a non-negative integer, got a string"):
+        parse_result('{"counts": {"failed": "x"}}')
 
 
 def test_missing_and_empty_files(tmp_path):
