@@ -261,7 +261,9 @@ class QualityGuard(_Model):
     """waveform/tensor: glob of files in the run's output dir (``*.wav``, ``*.npy``),
     matched by name between the candidate and the reference arm."""
     min_snr_db: float | None = None
-    """waveform: every matched file's SNR (candidate vs reference) must reach this."""
+    """waveform: every matched file's SNR (candidate vs reference) must reach
+    this; default: Bk's own repeatability (its worst run-vs-run SNR less 6 dB,
+    or 80 dB when Bk's audio is bit-exact across its runs)."""
     benchmark: str | None = None
     reference: str | None = None
     """wer: outputs key holding ground-truth texts; default: the reference arm's outputs."""
@@ -279,6 +281,8 @@ class QualityGuard(_Model):
     @property
     def label(self) -> str:
         if self.kind == "waveform":
+            if self.min_snr_db is None:
+                return f"waveform({self.files}) SNR >= Bk's repeatability"
             return f"waveform({self.files}) SNR >= {self.min_snr_db:g} dB"
         if self.kind == "tensor":
             return f"tensor({self.files})"
@@ -297,7 +301,10 @@ class VerifierSettings(_Model):
     step: int = Field(2, ge=2)
     """Pairs added between looks (2 = one ABBA block)."""
     max_pairs: int = Field(30, ge=2)
-    seed: int = 0
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    """Seed of the run order and the bootstrap. Default: a fresh secret per
+    verification (no run can predict the order), recorded in the verdict
+    (``Verdict.seed``); set it to replay one."""
     calibration_pairs: int = Field(20, ge=2)
     """A/A pairs; their spread is pooled into every verification's early looks."""
     bootstrap: int = Field(10_000, ge=10_000)
@@ -566,8 +573,6 @@ def _quality_problems(q: QualityGuard, where: str) -> list[str]:
         if not q.files:
             ext = "wav" if q.kind == "waveform" else "npy"
             out.append(f'{where}: give files, a glob of output files (e.g. files = "*.{ext}")')
-        if q.kind == "waveform" and q.min_snr_db is None:
-            out.append(f"{where}: give min_snr_db, the smallest SNR in dB vs the reference")
         if q.output:
             out.append(f"{where}: reads files, not outputs.{q.output}; remove output")
     elif not q.output:

@@ -81,6 +81,8 @@ class RunRecord:
     """metric or ``outputs.<key>`` -> who reported it (benchmark, client, evaluator)."""
     extra: dict = field(default_factory=dict)
     work_dir: str = ""
+    checkout: str = ""
+    """The checkout the run saw (its fresh export; removed after the run)."""
 
     def measured(self) -> dict[str, float]:
         out = {"wall_s": self.wall_s, "peak_rss_mib": self.peak_rss_mib}
