@@ -651,7 +651,11 @@ def cross_check(
     after_ready = bool(s.bench.ready_pattern and not s.bench.serving)
     label = "run time after the ready pattern" if after_ready else "wall time"
     if clock is None or ref is None or np.any(clock <= 0) or np.any(ref <= 0):
-        return None
+        return (
+            f"the benchmark reports {metric} {claimed:+.1%} better, but the verifier's own "
+            f"clock ({label}) could not be read in every run: a self-reported gain the "
+            "verifier cannot corroborate is never accepted on its own word; a human must look"
+        )
     d = -log_ratios(clock, ref)  # > 0: the candidate's runs were shorter
     share = CROSS_CHECK_SHARE_READY if after_ready else CROSS_CHECK_SHARE
     need = -math.log1p(-share * claimed / (1 + claimed))
