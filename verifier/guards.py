@@ -80,6 +80,7 @@ class Evaluator:
         self.digests: dict[str, list[dict[str, str]]] = {}
         """arm -> per run: snapshot key -> digest of its content."""
         self.warnings: list[str] = []
+        self._judged: dict[tuple, GuardResult] = {}
 
     # ---- quality snapshots ----------------------------------------------
     def on_run_for(self, qguards: list[QualityGuard], checkouts: dict[str, Path]):
@@ -234,10 +235,7 @@ class Evaluator:
         if not cands or not refs:
             return evaluate(q, cands[0] if cands else {}, refs[0] if refs else {}, ref,
                             self.warnings.append)  # fmt: skip
-        results = [
-            evaluate(q, c, refs[i] if i < len(refs) else refs[0], ref, self.warnings.append)
-            for i, c in enumerate(cands)
-        ]
+        results = [self._judge_run(q, ref, i) for i in range(len(cands))]
         failed = [i for i, r in enumerate(results) if r.status == "fail"]
         i = failed[0] if failed else max(range(len(results)), key=lambda k: _badness(results[k]))
         worst = results[i]
@@ -246,6 +244,17 @@ class Evaluator:
             where += f" ({len(failed)} run(s) failed: {', '.join(str(k + 1) for k in failed[:8])})"
         detail = f"{where}: {worst.detail}" if len(results) > 1 else worst.detail
         return worst.model_copy(update={"detail": detail + note})
+
+    def _judge_run(self, q: QualityGuard, ref: Against, i: int) -> GuardResult:
+        """``q`` on candidate run ``i`` vs ``ref``'s run ``i`` (its first when it
+        has fewer), once: a run's result never changes at later looks."""
+        refs = self.snaps[ref]
+        j = i if i < len(refs) else 0
+        key = (q, ref, i, j)
+        if key not in self._judged:
+            cand = self.snaps["candidate"][i]
+            self._judged[key] = evaluate(q, cand, refs[j], ref, self.warnings.append)
+        return self._judged[key]
 
     def _bound(self, q: QualityGuard) -> tuple[QualityGuard, str]:
         """A waveform guard without ``min_snr_db`` gets Bk's repeatability as its
