@@ -18,9 +18,9 @@ Metrics a guard or the objective may name, per benchmark:
   ``latency_p99_s`` (pooled over runs, with bootstrap intervals).
 
 A benchmark is either in-process (``command``) or serving (``serve``, the
-candidate's server, plus ``client``, the protected load generator run from the
-baseline checkout); either may name an ``evaluator`` (a protected command run
-from the baseline checkout on each run's output files). Every metric has a
+candidate's server, plus ``client``, the protected load generator run from
+B0's checkout); either may name an ``evaluator`` (a protected command run
+from B0's checkout on each run's output files). Every metric has a
 source (``metric_source``): ``verifier``, ``client``, ``evaluator`` or
 ``benchmark`` (the candidate's own process); ``[verifier] require_external``
 refuses an objective or required guard whose source is ``benchmark``.
@@ -109,12 +109,13 @@ class BenchmarkConfig(_Model):
     """Serving benchmark: the candidate's server, run from the arm's checkout,
     listening on ``$RSI_PORT``. Never sees hidden inputs."""
     client: str | None = None
-    """Serving benchmark: the load generator, run from the baseline (Bk)
-    checkout for every arm, with ``RSI_SERVER_URL``; writes ``$RSI_RESULT``."""
+    """Serving benchmark: the load generator, run from B0's checkout (the base
+    the maintainer approved; Bk's when there is no B0) for every arm, with
+    ``RSI_SERVER_URL``; writes ``$RSI_RESULT``."""
     ready_path: str | None = None
     """Serving: HTTP path the verifier polls until it answers 200 (e.g. ``/health``)."""
     evaluator: str | None = None
-    """Protected command run from the baseline checkout after each run, with the
+    """Protected command run from B0's checkout after each run, with the
     run's output files read-only at ``$RSI_INPUT_DIR``; its ``outputs`` and
     ``metrics`` replace the run's own entries of the same name."""
     evaluator_metrics: tuple[str, ...] = ()
