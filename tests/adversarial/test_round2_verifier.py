@@ -52,7 +52,7 @@ CASES = (
            ("reject",), NO_GAIN, b0=True),
     Round2("self-report", "a real ~8% speedup under a timer at 70% (claims ~+55%), self-reported "
            "throughput with require_external = false (rsi init's default without a client)", "inproc",
-           ("review",), CROSS),
+           ("review", "reject", "inconclusive"), CROSS + "|" + NO_GAIN + r"|still unclear"),
 )  # fmt: skip
 
 
@@ -91,6 +91,8 @@ def test_round2_verifier_case(case: Round2, adversarial, tmp_path: Path, request
                                  "seconds": f"{v.duration_s:.0f}", "result": "?"}  # fmt: skip
     assert v.decision in case.expect, f"{case.name}: {v.decision}: {v.reason}"
     assert re.search(case.reason, v.reason, re.IGNORECASE), f"{case.name}: {v.reason}"
+    if case.name == "self-report" and v.decision == "review":  # the claim was accepted: the clock
+        assert re.search(CROSS, v.reason), v.reason  # (not the 2x rule) sent it to a human
     assert v.seed is not None  # the run order was a secret, told afterwards
 
 

@@ -341,9 +341,10 @@ def test_a_self_reported_objective_without_the_cross_check_goes_to_review(checko
         checkout("cand", work=int(BASE_WORK * 0.6)),
         VerifyConfig.from_toml(CONFIG + "cross_check = false\n"),
     )
-    assert v.decision in ("review", "inconclusive", "reject"), v.reason
-    if v.objective.gain_ci.low > 0.05:  # the objective was accepted: review, for this reason
-        assert v.decision == "review" and "never accepted on its own word" in v.reason
+    assert v.decision != "accept", v.reason
+    if v.objective is not None and v.objective.gain > 0.05:  # a claim worth keeping: a human looks
+        said = [x for x in (v.reason, *v.warnings) if "never accepted on its own word" in x]
+        assert said and (v.decision != "review" or said[0] == v.reason), v
 
 
 @pytest.mark.parametrize("b0", [False, True])
