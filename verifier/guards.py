@@ -264,8 +264,8 @@ class Evaluator:
         own = self._self_snr(q, "bk")
         if own is None or math.isinf(own):
             bound, why = EXACT_SNR_DB, "Bk's audio is bit-exact across its runs"
-        else:
-            bound = own - REPEATABILITY_MARGIN_DB
+        else:  # never below 0 dB (as much noise as signal), whatever Bk does
+            bound = max(own - REPEATABILITY_MARGIN_DB, 0.0)
             why = f"Bk's own runs differ by {own:.1f} dB SNR, less {REPEATABILITY_MARGIN_DB:g} dB"
         return q.model_copy(update={"min_snr_db": bound}), f" (default bound {bound:.1f} dB: {why})"
 
