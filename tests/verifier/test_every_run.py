@@ -289,6 +289,15 @@ def test_run_order_is_a_secret_recorded_in_the_verdict_and_replays(checkout):
     assert one.seed is not None and two.seed is not None and one.seed != two.seed
     replay, order3 = run(cfg + f"seed = {one.seed}\n")
     assert replay.seed == one.seed and order3 == order1 and len(order1) == 2 * (1 + 8)
+    # the CLI replays it too (--seed), and says which seed a verification drew
+    from typer.testing import CliRunner
+
+    from verifier.cli import app
+
+    (base / ".rsi" / "config.toml").write_text(cfg)
+    out = CliRunner().invoke(app, ["verify-dirs", str(base), str(cand), "--seed", str(one.seed)])
+    said = " ".join(out.output.split())
+    assert f'"seed": {one.seed}' in said and f"run order seed {one.seed}" in said, said
 
 
 # ---- the measuring code from B0 ---------------------------------------------------------
