@@ -103,6 +103,7 @@ def render_verdict(v: Verdict) -> list:
                 + f", min_gain {o.min_gain:.1%}, noise margin {o.noise_margin:.1%}"
                 + (f", vs B0 {o.gain_vs_b0:+.2%}" if o.gain_vs_b0 is not None else "")
                 + f"; {v.pairs} pairs, {v.runs} runs"
+                + (f"; run order seed {v.seed} (--seed replays it)" if v.seed is not None else "")
             )
         )
     if v.metrics:
@@ -234,6 +235,23 @@ ImageOpt = Annotated[
     str | None, typer.Option("--image", help="Container image (a simple spec, without a file).")
 ]
 CpusOpt = Annotated[float | None, typer.Option("--cpus", help="CPU limit per container.")]
+SeedOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        min=0,
+        help="Replay a verification's run order: the seed its verdict recorded (default: "
+        "[verifier] seed, else a fresh secret per verification).",
+    ),
+]
+
+
+def _with_seed(config: VerifyConfig, seed: int | None) -> VerifyConfig:
+    if seed is None:
+        return config
+    return config.model_copy(update={"verifier": config.verifier.model_copy(update={"seed": seed})})
+
+
 MemoryOpt = Annotated[str | None, typer.Option("--memory", help="Memory limit per container.")]
 
 
@@ -318,6 +336,7 @@ def verify(
     image: ImageOpt = None,
     cpus: CpusOpt = None,
     memory: MemoryOpt = None,
+    seed: SeedOpt = None,
 ) -> None:
     """Judge CAND_REF against BASE_REF with the benchmark protocol."""
     repo = repo.resolve()
@@ -330,6 +349,7 @@ def verify(
     config = _load_config_text(
         show_file(repo, shas["bk"], CONFIG_PATH), f"{base_ref} ({shas['bk'][:12]})"
     )
+    config = _with_seed(config, seed)
     cal = _load_calibration(calibration)
     from .judge import verify as judge_verify
 
@@ -465,6 +485,7 @@ def verify_dirs(
     image: ImageOpt = None,
     cpus: CpusOpt = None,
     memory: MemoryOpt = None,
+    seed: SeedOpt = None,
 ) -> None:
     """Judge two checkouts on disk; the verdict JSON goes to --report or stdout."""
     cfg_path = config_file or baseline_dir / CONFIG_PATH
@@ -472,7 +493,7 @@ def verify_dirs(
         text = cfg_path.read_text()
     except OSError:
         text = None
-    config = _load_config_text(text, str(cfg_path))
+    config = _with_seed(_load_config_text(text, str(cfg_path)), seed)
     cal = _load_calibration(calibration)
     fp = None
     if fingerprint is not None:

@@ -18,9 +18,9 @@ Metrics a guard or the objective may name, per benchmark:
   ``latency_p99_s`` (pooled over runs, with bootstrap intervals).
 
 A benchmark is either in-process (``command``) or serving (``serve``, the
-candidate's server, plus ``client``, the protected load generator run from the
-baseline checkout); either may name an ``evaluator`` (a protected command run
-from the baseline checkout on each run's output files). Every metric has a
+candidate's server, plus ``client``, the protected load generator run from
+B0's checkout); either may name an ``evaluator`` (a protected command run
+from B0's checkout on each run's output files). Every metric has a
 source (``metric_source``): ``verifier``, ``client``, ``evaluator`` or
 ``benchmark`` (the candidate's own process); ``[verifier] require_external``
 refuses an objective or required guard whose source is ``benchmark``.
@@ -109,12 +109,13 @@ class BenchmarkConfig(_Model):
     """Serving benchmark: the candidate's server, run from the arm's checkout,
     listening on ``$RSI_PORT``. Never sees hidden inputs."""
     client: str | None = None
-    """Serving benchmark: the load generator, run from the baseline (Bk)
-    checkout for every arm, with ``RSI_SERVER_URL``; writes ``$RSI_RESULT``."""
+    """Serving benchmark: the load generator, run from B0's checkout (the base
+    the maintainer approved; Bk's when there is no B0) for every arm, with
+    ``RSI_SERVER_URL``; writes ``$RSI_RESULT``."""
     ready_path: str | None = None
     """Serving: HTTP path the verifier polls until it answers 200 (e.g. ``/health``)."""
     evaluator: str | None = None
-    """Protected command run from the baseline checkout after each run, with the
+    """Protected command run from B0's checkout after each run, with the
     run's output files read-only at ``$RSI_INPUT_DIR``; its ``outputs`` and
     ``metrics`` replace the run's own entries of the same name."""
     evaluator_metrics: tuple[str, ...] = ()
@@ -289,7 +290,9 @@ class QualityGuard(_Model):
     """waveform/tensor: glob of files in the run's output dir (``*.wav``, ``*.npy``),
     matched by name between the candidate and the reference arm."""
     min_snr_db: float | None = None
-    """waveform: every matched file's SNR (candidate vs reference) must reach this."""
+    """waveform: every matched file's SNR (candidate vs reference) must reach
+    this; default: Bk's own repeatability (its worst run-vs-run SNR less 6 dB,
+    or 80 dB when Bk's audio is bit-exact across its runs)."""
     benchmark: str | None = None
     reference: str | None = None
     """wer: outputs key holding ground-truth texts; default: the reference arm's outputs."""
@@ -307,6 +310,8 @@ class QualityGuard(_Model):
     @property
     def label(self) -> str:
         if self.kind == "waveform":
+            if self.min_snr_db is None:
+                return f"waveform({self.files}) SNR >= Bk's repeatability"
             return f"waveform({self.files}) SNR >= {self.min_snr_db:g} dB"
         if self.kind == "tensor":
             return f"tensor({self.files})"
@@ -325,7 +330,10 @@ class VerifierSettings(_Model):
     step: int = Field(2, ge=2)
     """Pairs added between looks (2 = one ABBA block)."""
     max_pairs: int = Field(30, ge=2)
-    seed: int = 0
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    """Seed of the run order and the bootstrap. Default: a fresh secret per
+    verification (no run can predict the order), recorded in the verdict
+    (``Verdict.seed``); set it to replay one."""
     calibration_pairs: int = Field(20, ge=2)
     """A/A pairs; their spread is pooled into every verification's early looks."""
     bootstrap: int = Field(10_000, ge=10_000)
@@ -599,8 +607,6 @@ def _quality_problems(q: QualityGuard, where: str) -> list[str]:
         if not q.files:
             ext = "wav" if q.kind == "waveform" else "npy"
             out.append(f'{where}: give files, a glob of output files (e.g. files = "*.{ext}")')
-        if q.kind == "waveform" and q.min_snr_db is None:
-            out.append(f"{where}: give min_snr_db, the smallest SNR in dB vs the reference")
         if q.output:
             out.append(f"{where}: reads files, not outputs.{q.output}; remove output")
     elif not q.output:

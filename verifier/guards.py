@@ -4,9 +4,24 @@ Each guard of the config is judged against every reference arm (Bk, and B0
 when measured): a metric guard by a paired interval of the candidate vs the
 reference (log ratios or deltas; pooled percentiles by a cluster bootstrap
 over runs), failed requests by their count, a quality guard by
-``quality.evaluate`` on the first run's outputs of each arm. The metric rows
-(``MetricComparison``) are medians (or pooled percentiles) with intervals of
-the ratios. ``judge`` decides from these.
+``quality.evaluate`` on the outputs of EVERY run: each candidate run against
+the reference arm's run of the same index (its first run when it has fewer),
+the worst run deciding. Outputs are snapshotted as each run ends, for every
+arm, so also:
+
+* repeatability (``flags``): when the reference arm's outputs are bit-exact
+  across its runs (a deterministic server) and the candidate's differ between
+  its own runs, the candidate is flagged (``judge`` turns an accept into
+  ``review`` with that reason): a server honest in some runs only;
+* visible changes (``output_changes``): when Bk is bit-exact across its runs,
+  any change of the candidate's outputs vs Bk is a tradeoff line ("audio
+  changed: 44.7 dB SNR vs Bk"), even when every guard passes;
+* default waveform bounds: a waveform guard without ``min_snr_db`` is bound
+  by Bk's own repeatability (its worst run-vs-run SNR less
+  ``REPEATABILITY_MARGIN_DB``; ``EXACT_SNR_DB`` when Bk is bit-exact).
+
+The metric rows (``MetricComparison``) are medians (or pooled percentiles)
+with intervals of the ratios. ``judge`` decides from these.
 """
 
 from __future__ import annotations
@@ -20,14 +35,26 @@ import numpy as np
 
 from .config import Direction, Guard, QualityGuard, VerifyConfig
 from .measure import Session
-from .quality import evaluate, snapshot
+from .quality import evaluate, file_key, snapshot, snapshot_digest, snr_db
 from .runner import RunRecord
 from .stats import Estimate, bootstrap_ci, bound_status, clustered_percentile_ci, log_ratios
 from .verdict import Against, GuardResult, Interval, MetricComparison
 
-__all__ = ["PERCENTILE_BOOT", "Evaluator", "derived_seed"]
+__all__ = [
+    "EXACT_SNR_DB",
+    "PERCENTILE_BOOT",
+    "REPEATABILITY_MARGIN_DB",
+    "Evaluator",
+    "derived_seed",
+]
 
 PERCENTILE_BOOT = 2_000  # resamples for pooled-percentile intervals of guards and reports
+#: Default waveform bound when Bk's audio is bit-exact across its runs: an
+#: honest change (float rounding, a fused op) flips a few 16-bit LSBs, ~95-106
+#: dB; 9-bit samples are ~45 dB.
+EXACT_SNR_DB = 80.0
+#: Default waveform bound otherwise: Bk's worst run-vs-run SNR less this.
+REPEATABILITY_MARGIN_DB = 6.0
 
 
 def derived_seed(base: int, *parts: str) -> int:
@@ -38,25 +65,38 @@ def derived_seed(base: int, *parts: str) -> int:
 class Evaluator:
     """Evaluates guards and metric comparisons on a measurement session."""
 
-    def __init__(self, config: VerifyConfig, bench_name: str, arms: dict[str, Path]):
+    def __init__(
+        self, config: VerifyConfig, bench_name: str, arms: dict[str, Path], seed: int | None = None
+    ):
+        """``seed``: the verification's (default: ``[verifier] seed``, else 0)."""
         self.config = config
         self.v = config.verifier
+        self.seed = seed if seed is not None else (self.v.seed or 0)
         self.bench_name = bench_name
         self.arms = arms
         self.refs: list[Against] = [a for a in ("bk", "b0") if a in arms]
-        self.snaps: dict[str, dict[str, Any]] = {}
+        self.snaps: dict[str, list[dict[str, Any]]] = {}
+        """arm -> one quality snapshot per measured run, in run order."""
+        self.digests: dict[str, list[dict[str, str]]] = {}
+        """arm -> per run: snapshot key -> digest of its content."""
         self.warnings: list[str] = []
+        self._judged: dict[tuple, GuardResult] = {}
 
     # ---- quality snapshots ----------------------------------------------
     def on_run_for(self, qguards: list[QualityGuard], checkouts: dict[str, Path]):
+        """The session's ``on_run``: a snapshot of every run of every arm (read
+        at once, before a later run can overwrite anything)."""
+
         def on_run(arm: str, rec: RunRecord, index: int) -> None:
-            if index == 0 and qguards and rec.result is not None and arm not in self.snaps:
-                bases = [Path(rec.output_dir)] + [
-                    Path(b) for b in rec.output_bases if b != rec.output_dir
-                ]
-                self.snaps[arm] = snapshot(
-                    dict(rec.result.outputs), qguards, [*bases, Path(checkouts[arm])]
-                )
+            if not qguards or rec.result is None:
+                return
+            bases = [Path(rec.output_dir)] + [
+                Path(b) for b in rec.output_bases if b != rec.output_dir
+            ]
+            where = Path(rec.checkout) if rec.checkout else Path(checkouts[arm])
+            snap = snapshot(dict(rec.result.outputs), qguards, [*bases, where])
+            self.snaps.setdefault(arm, []).append(snap)
+            self.digests.setdefault(arm, []).append(snapshot_digest(snap))
 
         return on_run
 
@@ -66,7 +106,7 @@ class Evaluator:
     ) -> tuple[Estimate, str] | None:
         """Candidate vs ``ref`` on ``metric``: (estimate in log-ratio or delta units, source)."""
         level = level or self.v.level
-        seed = derived_seed(self.v.seed, s.bench.name, metric, ref, "log" if log else "delta")
+        seed = derived_seed(self.seed, s.bench.name, metric, ref, "log" if log else "delta")
         src = s.percentile_source(metric)
         if src is not None:
             series, q = src
@@ -187,11 +227,108 @@ class Evaluator:
         )
 
     def quality_guard(self, q: QualityGuard, ref: Against) -> GuardResult:
-        """``q`` on the first run's outputs of the candidate and of ``ref``."""
-        snaps = self.snaps
-        return evaluate(
-            q, snaps.get("candidate", {}), snaps.get(ref, {}), ref, self.warnings.append
-        )
+        """``q`` on every candidate run: each against ``ref``'s run of the same
+        index (its first when it has fewer); the first failing run decides,
+        else the worst one."""
+        cands, refs = self.snaps.get("candidate", []), self.snaps.get(ref, [])
+        q, note = self._bound(q)
+        if not cands or not refs:
+            return evaluate(q, cands[0] if cands else {}, refs[0] if refs else {}, ref,
+                            self.warnings.append)  # fmt: skip
+        results = [self._judge_run(q, ref, i) for i in range(len(cands))]
+        failed = [i for i, r in enumerate(results) if r.status == "fail"]
+        i = failed[0] if failed else max(range(len(results)), key=lambda k: _badness(results[k]))
+        worst = results[i]
+        where = f"candidate run {i + 1} of {len(results)}"
+        if failed:
+            where += f" ({len(failed)} run(s) failed: {', '.join(str(k + 1) for k in failed[:8])})"
+        detail = f"{where}: {worst.detail}" if len(results) > 1 else worst.detail
+        return worst.model_copy(update={"detail": detail + note})
+
+    def _judge_run(self, q: QualityGuard, ref: Against, i: int) -> GuardResult:
+        """``q`` on candidate run ``i`` vs ``ref``'s run ``i`` (its first when it
+        has fewer), once: a run's result never changes at later looks."""
+        refs = self.snaps[ref]
+        j = i if i < len(refs) else 0
+        key = (q, ref, i, j)
+        if key not in self._judged:
+            cand = self.snaps["candidate"][i]
+            self._judged[key] = evaluate(q, cand, refs[j], ref, self.warnings.append)
+        return self._judged[key]
+
+    def _bound(self, q: QualityGuard) -> tuple[QualityGuard, str]:
+        """A waveform guard without ``min_snr_db`` gets Bk's repeatability as its
+        bound (with a note for the detail); every other guard as it is."""
+        if q.kind != "waveform" or q.min_snr_db is not None:
+            return q, ""
+        own = self._self_snr(q, "bk")
+        if own is None or math.isinf(own):
+            bound, why = EXACT_SNR_DB, "Bk's audio is bit-exact across its runs"
+        else:  # never below 0 dB (as much noise as signal), whatever Bk does
+            bound = max(own - REPEATABILITY_MARGIN_DB, 0.0)
+            why = f"Bk's own runs differ by {own:.1f} dB SNR, less {REPEATABILITY_MARGIN_DB:g} dB"
+        return q.model_copy(update={"min_snr_db": bound}), f" (default bound {bound:.1f} dB: {why})"
+
+    def _self_snr(self, q: QualityGuard, arm: str) -> float | None:
+        """The worst SNR of ``arm``'s later runs vs its first (inf: identical;
+        None: fewer than two readable runs)."""
+        files = [s.get(file_key(q)) for s in self.snaps.get(arm, [])]
+        files = [f for f in files if isinstance(f, dict)]
+        if len(files) < 2:
+            return None
+        worst = math.inf
+        for other in files[1:]:
+            for name, (a, rate) in files[0].items():
+                b = other.get(name)
+                if b is None or b[1] != rate:
+                    return -math.inf
+                worst = min(worst, snr_db(b[0], a))
+        return worst
+
+    # ---- repeatability and visible changes ----------------------------------------
+    def _exact(self, arm: str) -> bool:
+        """``arm``'s outputs are bit-exact across its runs (two or more)."""
+        d = self.digests.get(arm, [])
+        return len(d) >= 2 and all(x == d[0] for x in d[1:])
+
+    def flags(self) -> list[str]:
+        """Reasons to send an accept to ``review``: the reference arm's outputs
+        are bit-exact across its runs, the candidate's differ between its own."""
+        d = self.digests.get("candidate", [])
+        if not self._exact("bk") or len(d) < 2 or self._exact("candidate"):
+            return []
+        first_diff = next(i for i, x in enumerate(d) if x != d[0])
+        keys = sorted(k for k in d[0] if any(x.get(k) != d[0].get(k) for x in d[1:]))
+        return [
+            f"the candidate's outputs differ between its own runs (run 1 vs run {first_diff + 1}, "
+            f"in {', '.join(_key_text(k) for k in keys[:4])}) while Bk's are bit-exact across "
+            f"all {len(self.digests['bk'])} of its runs: a deterministic server that does not "
+            "repeat itself (honest in some runs only?); a human must look"
+        ]
+
+    def output_changes(self, guards: list[GuardResult]) -> list[str]:
+        """Tradeoff lines: when Bk's outputs are bit-exact across its runs, each
+        quality output of the candidate that differs from Bk's, with the
+        guard's own measure of the change (``guards``: this session's results)."""
+        cand, bk = self.digests.get("candidate", []), self.digests.get("bk", [])
+        if not self._exact("bk") or not cand:
+            return []
+        out = []
+        for q in self.config.quality_for(self.bench_name):
+            key = file_key(q) if q.files else q.output
+            if all(c.get(key) == bk[0].get(key) for c in cand):
+                continue
+            metric = f"files {q.files}" if q.files else f"outputs.{q.output}"
+            g = next(
+                (
+                    r
+                    for r in guards
+                    if r.kind == q.kind and r.metric == metric and r.against == "bk"
+                ),
+                None,
+            )
+            out.append(_change_line(q, g))
+        return out
 
     # ---- reporting ------------------------------------------------------------------
     def metrics(self, s: Session) -> list[MetricComparison]:
@@ -219,4 +356,30 @@ class Evaluator:
             row["source"] = s.source(metric)
             out.append(MetricComparison(**row))
         return out
+
+
+def _badness(g: GuardResult) -> float:
+    """How far a quality result is from perfect (larger: worse). A waveform's
+    value is its SNR (None: identical files); others grow with the change."""
+    if g.value is None:
+        return -math.inf if g.kind == "waveform" else 0.0
+    if g.kind == "waveform":
+        return -g.value
+    return abs(g.value) if math.isfinite(g.value) else math.inf
+
+
+def _key_text(key: str) -> str:
+    return key.split(":", 2)[2] if key.startswith("files:") else f"outputs.{key}"
+
+
+def _change_line(q: QualityGuard, g: GuardResult | None) -> str:
+    """The tradeoff line, e.g. "Audio changed: 44.7 dB SNR vs Bk (...)"."""
+    if q.kind == "waveform":
+        measure = (
+            f"{g.value:.1f} dB SNR vs Bk" if g is not None and g.value is not None else "vs Bk"
+        )
+        return f"Audio changed: {measure} (files {q.files}, worst candidate run; Bk's audio is bit-exact across its runs)."
+    what = f"files {q.files}" if q.files else f"outputs.{q.output}"
+    detail = f": {g.detail}" if g is not None and g.detail else ""
+    return f"Outputs changed ({what}) vs Bk, whose outputs are bit-exact across its runs{detail}."
 

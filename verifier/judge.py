@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import re
+import secrets
 import time
 import traceback
 from collections.abc import Callable
@@ -204,8 +205,10 @@ class _Plan:
     """Fields of every verdict from here on: benchmark, shas, settings, fingerprint."""
     env: dict[str, str]  # hidden inputs added to the runs' environment
     drop: tuple[str, ...]  # environment names the runs must not see
-    baseline: Path  # Bk's checkout: also where a serving client and an evaluator run from
+    baseline: Path  # Bk's checkout
+    measuring: Path  # B0's checkout (Bk's without B0): where a client and an evaluator run from
     arms: dict[str, Path]  # bk, candidate and (when a different checkout) b0
+    seed: int  # the run order's and the bootstrap's: a per-verification secret unless set
     metric: str  # the objective's metric on this benchmark
     direction: Direction
     margin: float  # bias margin of the objective's test
@@ -228,7 +231,9 @@ def _preflight(
     checkouts before any run, and settle the objective's test; an ``error``
     verdict for the first that fails."""
     bench_name = benchmark or config.objective.benchmark
-    base: dict[str, Any] = dict(benchmark=bench_name, shas=shas)
+    seed = config.verifier.seed
+    seed = secrets.randbits(63) if seed is None else seed
+    base: dict[str, Any] = dict(benchmark=bench_name, shas=shas, seed=seed)
     if bench_name not in config.benchmarks:
         declared = ", ".join(sorted(config.benchmarks))
         message = f"unknown benchmark '{bench_name}'; declared: {declared}"
@@ -265,7 +270,9 @@ def _preflight(
         env=env,
         drop=drop,
         baseline=baseline,
+        measuring=b0 if b0 is not None else baseline,
         arms=arms,
+        seed=seed,
         metric=metric,
         direction=direction,
         margin=margin,
@@ -331,6 +338,8 @@ class _Found:
     doubt: str | None  # the cross-check's reason for review, if any
     gain_vs_b0: float | None
     evaluator: Evaluator  # its warnings come after the other benchmarks'
+    flags: list[str]  # reasons to review an accept: outputs that do not repeat
+    changes: list[str]  # tradeoff lines: outputs changed vs a bit-exact Bk
 
 
 def _session(
@@ -356,7 +365,7 @@ def _session(
         isolation=isolation,
         cpus=v.cpus,
         threads=v.threads,
-        base_checkout=plan.baseline,
+        base_checkout=plan.measuring,
     )
 
 
@@ -367,10 +376,10 @@ def _sequential(
     every guard are clear, one fails, or the cap; an ``error`` verdict when a
     run fails."""
     config, v = plan.config, plan.config.verifier
-    judge = Evaluator(config, plan.bench_name, plan.arms)
+    judge = Evaluator(config, plan.bench_name, plan.arms, seed=plan.seed)
     on_run = judge.on_run_for(config.quality_for(plan.bench_name), plan.arms)
     with _session(
-        plan, plan.bench, seed=v.seed, on_run=on_run, progress=progress, isolation=isolation
+        plan, plan.bench, seed=plan.seed, on_run=on_run, progress=progress, isolation=isolation
     ) as s:
         err = s.setup() or s.warmup(v.warmup)
         if err is not None:
@@ -379,13 +388,7 @@ def _sequential(
         if isinstance(looked, Verdict):
             return looked
         look, guard_results = looked
-        doubt = (
-            cross_check(
-                s, plan.metric, plan.direction, look.gain, config.objective.min_gain, v.level
-            )
-            if v.cross_check and plan.bench.metric_source(plan.metric) == "benchmark"
-            else None
-        )
+        doubt = _self_report_doubt(plan, s, look)
         plan.warnings.extend(_run_warnings(s, plan.metric))
         return _Found(
             look=look,
@@ -396,6 +399,8 @@ def _sequential(
             doubt=doubt,
             gain_vs_b0=_gain_vs_b0(s, plan.metric, plan.direction),
             evaluator=judge,
+            flags=judge.flags(),
+            changes=judge.output_changes(guard_results),
         )
 
 
@@ -429,6 +434,28 @@ def _looks(
             break
     assert look is not None
     return look, guard_results
+
+
+def _self_report_doubt(plan: _Plan, s: Session, look: ObjectiveLook) -> str | None:
+    """Why a self-reported objective (source ``benchmark``: the candidate's own
+    process reports it) about to be accepted must go to ``review`` instead, or
+    None: it is never accepted on its own word, only when the verifier's own
+    clock corroborates it (``cross_check``); with ``cross_check = false``
+    nothing does."""
+    v, min_gain = plan.config.verifier, plan.config.objective.min_gain
+    if plan.bench.metric_source(plan.metric) != "benchmark":
+        return None
+    if not v.cross_check:
+        if look.gain is None or look.gain <= max(min_gain, 0.0):
+            return None
+        return (
+            f"the benchmark reports {plan.metric} {look.gain:+.1%} better, but only the "
+            "candidate's own process reports it and [verifier] cross_check = false: nothing "
+            "the verifier measured corroborates it, and a self-reported gain is never accepted "
+            "on its own word; a human must look (or measure it outside the candidate: "
+            "serve + client or an evaluator, and require_external = true)"
+        )
+    return cross_check(s, plan.metric, plan.direction, look.gain, min_gain, v.level)
 
 
 def _objective_values_error(s: Session, metric: str) -> RunError | None:
@@ -520,9 +547,10 @@ def _other_benchmark_guards(
         | {q.benchmark for q in config.quality if q.benchmark and q.benchmark != plan.bench_name}
     )
     for other_name in other:
-        oj = Evaluator(config, other_name, plan.arms)
+        seed = derived_seed(plan.seed, other_name)
+        oj = Evaluator(config, other_name, plan.arms, seed=seed)
         on_run = oj.on_run_for(config.quality_for(other_name), plan.arms)
-        bench, seed = config.benchmarks[other_name], derived_seed(v.seed, other_name)
+        bench = config.benchmarks[other_name]
         with _session(
             plan,
             bench,
@@ -538,7 +566,10 @@ def _other_benchmark_guards(
                 return _error(
                     err, runs=found.runs, pairs=found.pairs, objective=objective, **plan.base
                 )
-            found.guards += oj.guards(os_, final=True)
+            other_guards = oj.guards(os_, final=True)
+            found.guards += other_guards
+            found.flags += oj.flags()
+            found.changes += oj.output_changes(other_guards)
             found.metrics += [
                 m.model_copy(update={"name": f"{other_name}.{m.name}"})
                 for m in oj.metrics(os_)
@@ -565,6 +596,9 @@ def _conclude(
         decision, reason = Decision.REVIEW, found.doubt
     elif found.doubt is not None:
         warnings.append(found.doubt)
+    if found.flags and decision == Decision.ACCEPT:
+        decision, reason = Decision.REVIEW, found.flags[0]
+    warnings += [f for f in found.flags if f != reason]
     _emit_done(progress, found.runs, found.pairs, plan.bench_name, decision)
     return Verdict(
         decision=decision,
@@ -572,7 +606,7 @@ def _conclude(
         objective=objective,
         metrics=tuple(found.metrics),
         guards=tuple(found.guards),
-        tradeoffs=tuple(tradeoffs(found.metrics)),
+        tradeoffs=tuple(tradeoffs(found.metrics) + found.changes),
         warnings=tuple(dict.fromkeys(warnings)),
         pairs=found.pairs,
         runs=found.runs,
@@ -606,7 +640,10 @@ def cross_check(
     (a check that needs many pairs would be skipped by an early accept). A
     claim the clock does not see (a slowed timer, an edited result) goes to
     ``review``; a benchmark that times a small part of a long run should print
-    its ready pattern just before its timed part.
+    its ready pattern just before its timed part. And a self-reported gain is
+    never accepted on its own word: the clock must also show the runs at least
+    ``min_gain`` faster (a real speedup of untimed work under a slowed timer
+    passes the share test, but not this one), else ``review``.
     """
     if claimed is None or claimed <= max(min_gain, 0.0):
         return None
@@ -614,13 +651,27 @@ def cross_check(
     after_ready = bool(s.bench.ready_pattern and not s.bench.serving)
     label = "run time after the ready pattern" if after_ready else "wall time"
     if clock is None or ref is None or np.any(clock <= 0) or np.any(ref <= 0):
-        return None
+        return (
+            f"the benchmark reports {metric} {claimed:+.1%} better, but the verifier's own "
+            f"clock ({label}) could not be read in every run: a self-reported gain the "
+            "verifier cannot corroborate is never accepted on its own word; a human must look"
+        )
     d = -log_ratios(clock, ref)  # > 0: the candidate's runs were shorter
     share = CROSS_CHECK_SHARE_READY if after_ready else CROSS_CHECK_SHARE
     need = -math.log1p(-share * claimed / (1 + claimed))
     seen = float(np.median(d))
-    if seen >= need:
+    if seen >= need and math.expm1(seen) >= min_gain:
         return None
+    if seen >= need:
+        return (
+            f"the benchmark reports {metric} {claimed:+.1%} better, but the verifier's own clock "
+            f"({label}, measured outside the candidate) shows the candidate's runs only "
+            f"{math.expm1(seen):.1%} faster (median of {d.size} pairs), below min_gain "
+            f"{min_gain:.1%}: a self-reported gain the verifier cannot corroborate is never "
+            "accepted on its own word; a human must look (a benchmark that times a small part "
+            "of its run should print its ready pattern just before the timed part, or be "
+            "measured outside the candidate)"
+        )
     return (
         f"the benchmark reports {metric} {claimed:+.1%} better, but the verifier's own clock "
         f"({label}, measured outside the candidate) shows the candidate's runs "

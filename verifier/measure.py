@@ -2,12 +2,18 @@
 
 A block over arms (X, Y[, Z]) runs a seeded random order and then its reverse
 (X Y Z Z Y X), giving two "pairs" (one run of every arm each) whose mean is
-free of linear drift. Any failed run stops the session with a ``RunError``.
+free of linear drift. The seed is the verification's secret (``judge``
+draws one per verification unless ``[verifier] seed`` is set), so no run can
+predict the order. Any failed run stops the session with a ``RunError``.
 
 Where each run happens is the session's ``Isolation`` (default: a fresh
 process group; ``ContainerIsolation``: a fresh container per run, setup and
-warm-up included). A serving benchmark's client and an evaluator run from
-``base_checkout`` (Bk's checkout) for every arm.
+warm-up included). Every run (warm-up and measured) sees its own fresh export
+of its arm's checkout (``export.fresh_export``: same timestamps in every run,
+made just before it, removed after it), so nothing in the checkout tells a run
+which run it is. A serving benchmark's client and an evaluator run from
+``base_checkout`` (B0's checkout: the base the maintainer approved) for every
+arm.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from .config import (
     VerifyConfig,
     percentile_name,
 )
+from .export import fresh_export
 from .isolation import Isolation, ProcessIsolation
 from .runner import RunRecord, run_once, run_setup
 from .verdict import RunError
@@ -84,7 +91,7 @@ class Session:
         bench: BenchmarkConfig,
         arms: dict[str, Path],
         *,
-        seed: int,
+        seed: int | None,
         extra_env: dict[str, str] | None = None,
         drop_env: tuple[str, ...] = (),
         progress: Progress | None = None,
@@ -113,7 +120,9 @@ class Session:
         pin = getattr(self.isolation, "pin", None)
         if pin is not None and (cpus or threads):
             pin(cpus, threads)
-        self.base_checkout = Path(base_checkout or arms.get("bk") or next(iter(arms.values())))
+        self.base_checkout = Path(
+            base_checkout or arms.get("b0") or arms.get("bk") or next(iter(arms.values()))
+        )
         self._tmp = Path(tempfile.mkdtemp(prefix="rsi-verify-"))
 
     # ---- lifecycle ----------------------------------------------------
@@ -164,19 +173,35 @@ class Session:
             stderr_tail=tail[-4000:],
         )
 
-    def _run(self, arm: str, phase: str) -> RunRecord:
-        rec = run_once(
-            self.bench,
-            self.arms[arm],
-            extra_env=self.extra_env,
-            drop_env=self.drop_env,
-            workdir=self._tmp,
-            isolation=self.isolation,
-            base_checkout=self.base_checkout,
-        )
-        self.runs += 1
-        self._emit(phase, arm)
-        return rec
+    def _run(self, arm: str, phase: str, index: int | None = None) -> RunRecord:
+        """One run of ``arm`` on a fresh export of its checkout (removed after
+        the run and, for a measured run (``index``), after ``on_run`` read its
+        outputs); a measured run that succeeded joins ``records``."""
+        try:
+            export = fresh_export(Path(self.arms[arm]), self._tmp)
+        except OSError as e:
+            self.runs += 1
+            return RunRecord(ok=False, error=f"verifier could not export the checkout: {e!r}")
+        try:
+            rec = run_once(
+                self.bench,
+                export,
+                extra_env=self.extra_env,
+                drop_env=self.drop_env,
+                workdir=self._tmp,
+                isolation=self.isolation,
+                base_checkout=self.base_checkout,
+            )
+            rec.checkout = str(export)
+            self.runs += 1
+            self._emit(phase, arm)
+            if index is not None and rec.ok:
+                self.records[arm].append(rec)
+                if self.on_run is not None:
+                    self.on_run(arm, rec, index)
+            return rec
+        finally:
+            shutil.rmtree(export, ignore_errors=True)
 
     # ---- phases ---------------------------------------------------------
     def setup(self) -> RunError | None:
@@ -229,12 +254,9 @@ class Session:
             for half in halves:
                 for arm in half:
                     index = len(self.records[arm])
-                    rec = self._run(arm, "measure")
+                    rec = self._run(arm, "measure", index)
                     if not rec.ok:
                         return self._fail(arm, rec, f"run {index + 1}")
-                    self.records[arm].append(rec)
-                    if self.on_run is not None:
-                        self.on_run(arm, rec, index)
                 left -= 1
         return None
 

@@ -1,9 +1,11 @@
 """Quality guards on what a benchmark outputs: WER, output length, allclose,
 and output files: waveform (SNR in dB) and tensor (allclose per file).
 
-Each check compares the candidate's outputs with a reference arm's (Bk or B0),
-taken from the first measured run of each arm (``snapshot``: files are read at
-once, before a later run can overwrite them).
+Each check compares one candidate run's outputs with one run's of a reference
+arm (Bk or B0); ``guards.Evaluator`` takes a ``snapshot`` of every measured run
+of every arm (files are read at once, before a later run can overwrite them)
+and judges each candidate run. ``snapshot_digest`` tells whether two runs'
+outputs are bit-exact.
 
 ``evaluate`` judges one guard on two such snapshots and returns the
 ``GuardResult`` the verdict carries.
@@ -18,7 +20,9 @@ resolve to the run's output dir.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
+import json
 import math
 import os
 import re
@@ -241,6 +245,40 @@ def snapshot(outputs: dict, guards: list[QualityGuard], bases: list[Path]) -> di
     return snap
 
 
+def snapshot_digest(snap: Mapping[str, Any]) -> dict[str, str]:
+    """Per key of a ``snapshot``: a digest of its content (arrays by dtype,
+    shape and bytes; an error by its message), equal iff bit-exact."""
+    out = {}
+    for key, value in snap.items():
+        h = hashlib.sha256()
+        _feed(h, value)
+        out[key] = h.hexdigest()
+    return out
+
+
+def _feed(h: Any, v: Any) -> None:
+    if isinstance(v, np.ndarray):
+        a = np.ascontiguousarray(v)
+        h.update(f"nd:{a.dtype.str}:{a.shape}:".encode())
+        h.update(a.tobytes())
+    elif isinstance(v, dict):
+        h.update(b"{")
+        for k in sorted(v, key=str):
+            h.update(json.dumps(str(k)).encode() + b":")
+            _feed(h, v[k])
+        h.update(b"}")
+    elif isinstance(v, (list, tuple)):
+        h.update(b"[")
+        for x in v:
+            _feed(h, x)
+            h.update(b",")
+        h.update(b"]")
+    elif isinstance(v, QualityError):
+        h.update(b"error:" + str(v).encode())
+    else:
+        h.update(json.dumps(v, sort_keys=True, default=repr).encode())
+
+
 def _has_tensor_paths(value: Any) -> bool:
     if isinstance(value, str):
         return value.endswith(TENSOR_SUFFIXES)
@@ -351,8 +389,9 @@ def _npy(data: bytes, name: str) -> tuple[np.ndarray, str]:
 
 
 def read_wav(data: bytes, name: str = "wav") -> tuple[np.ndarray, int]:
-    """(samples in [-1, 1] as float64, frames x channels flattened; sample rate)
-    from PCM WAV bytes (8, 16, 24 or 32 bit)."""
+    """(samples in [-1, 1], frames x channels flattened; sample rate) from PCM
+    WAV bytes (8, 16, 24 or 32 bit). float32 up to 24 bits (exact: a snapshot of
+    every run is kept, at half the memory), float64 for 32 bits."""
     try:
         with wave.open(io.BytesIO(data)) as w:
             width, rate, n = w.getsampwidth(), w.getframerate(), w.getnframes()
@@ -373,7 +412,7 @@ def read_wav(data: bytes, name: str = "wav") -> tuple[np.ndarray, int]:
         a = np.frombuffer(raw, dtype=f"<i{width}").astype(np.float64) / (1 << (8 * width - 1))
     else:
         raise QualityError(f"an output WAV file has {8 * width}-bit samples: not supported")
-    return a, rate
+    return (a.astype(np.float32) if width < 4 else a), rate
 
 
 def snr_db(cand: np.ndarray, ref: np.ndarray) -> float:
@@ -545,7 +584,13 @@ def _file_guard(
     base: dict[str, Any] = dict(
         name=q.label, kind=q.kind, metric=f"files {q.files}", against=against
     )
-    base["bound"] = f">= {q.min_snr_db:g} dB" if q.kind == "waveform" else "per-dtype tolerance"
+    base["bound"] = (
+        "per-dtype tolerance"
+        if q.kind != "waveform"
+        else f">= {q.min_snr_db:g} dB"
+        if q.min_snr_db is not None
+        else ">= 0 dB"
+    )
     cand = candidate.get(key, QualityError("no candidate run"))
     refv = reference.get(key, QualityError("no snapshot"))
     if isinstance(refv, QualityError):

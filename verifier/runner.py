@@ -12,11 +12,11 @@ A repetition is one of:
 * serving (``serve`` + ``client``): the candidate's server in the arm's
   checkout, readiness by ``ready_path`` (polled by the verifier until HTTP
   200) or ``ready_pattern`` (on the server's stdout) -> ``startup_s``; then
-  the protected client from the baseline checkout (``base_checkout``) with
+  the protected client from B0's checkout (``base_checkout``) with
   ``RSI_SERVER_URL``. ``wall_s`` is the client's run time (the load window),
   ``peak_rss_mib`` and ``cpu_s`` are the server's. Hidden inputs go to the
   client only;
-* then, with ``evaluator``: a protected job from the baseline checkout reads
+* then, with ``evaluator``: a protected job from B0's checkout reads
   the run's output files (``RSI_INPUT_DIR``, read-only) and its result's
   ``outputs`` and ``metrics`` replace the run's entries of the same name.
 
@@ -78,6 +78,8 @@ class RunRecord:
     """metric or ``outputs.<key>`` -> who reported it (benchmark, client, evaluator)."""
     extra: dict = field(default_factory=dict)
     work_dir: str = ""
+    checkout: str = ""
+    """The checkout the run saw (its fresh export; removed after the run)."""
 
     def measured(self) -> dict[str, float]:
         out = {"wall_s": self.wall_s, "peak_rss_mib": self.peak_rss_mib}

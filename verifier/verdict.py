@@ -189,6 +189,9 @@ class Verdict(_Frozen):
     # the benchmark's fixed settings, and whether a gain above 10x quarantined the candidate
     settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
     quarantined: bool = False
+    # the seed of the run order and the bootstrap: a secret drawn per verification
+    # (or ``[verifier] seed``), told only afterwards; ``[verifier] seed = <it>`` replays
+    seed: int | None = None
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

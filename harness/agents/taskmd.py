@@ -58,7 +58,8 @@ def _quality_line(q: QualityGuard) -> str:
         return f"- length of `{out}` within ±{q.max_change:.0%} of the baseline's"
     if kind == "waveform":
         return (f"- audio files `{q.files}` the same as the baseline's "
-                f"(signal-to-noise >= {q.min_snr_db:g} dB)")
+                + (f"(signal-to-noise >= {q.min_snr_db:g} dB)" if q.min_snr_db is not None
+                   else "(as repeatable as the baseline's own runs)"))
     what = f"`{out}`" if out else f"files `{q.files}`"
     return f"- {what} numerically close to the baseline's ({q.dtype or 'per-dtype'} tolerance)"
 

@@ -374,8 +374,13 @@ def test_good_patches_keep_the_audio_and_bad_ones_change_it(tmp_path):
         assert _apply(repo, p).returncode == 0
     good = _serve_and_measure(repo, tmp_path)
     assert good["outputs"] == base["outputs"] and good["evaluated"]["outputs"] == base["evaluated"]["outputs"]
-    for f in sorted(base["wav_dir"].glob("*.wav")):  # float rounding at most: far above the guard's 40 dB
-        assert _snr_db(f, good["wav_dir"] / f.name) > 60, f.name
+    from verifier.config import VerifyConfig
+
+    config = VerifyConfig.from_toml((EXAMPLE / ".rsi" / "config.toml").read_text())
+    bound = next(q.min_snr_db for q in config.quality if q.kind == "waveform")
+    for f in sorted(base["wav_dir"].glob("*.wav")):  # float rounding at most: above the guard's bound
+        snr = _snr_db(f, good["wav_dir"] / f.name)
+        assert snr > bound, (f.name, snr, bound)  # measured 107-110 dB against 90
     for p in BAD:
         bad_repo = tmp_path / f"bad-{p.stem[:2]}"
         shutil.copytree(repo, bad_repo)

@@ -170,8 +170,8 @@ def _quality_eval(cfg_extra: str, cand_out: dict, ref_out: dict, tmp_path=None):
         guards = config.quality_for("tts")
         bases = [tmp_path] if tmp_path else []
         ev.snaps = {
-            "candidate": snapshot(cand_out, guards, bases),
-            "bk": snapshot(ref_out, guards, bases),
+            "candidate": [snapshot(cand_out, guards, bases)],
+            "bk": [snapshot(ref_out, guards, bases)],
         }
         return [g for g in ev.guards(s) if g.kind in ("wer", "output_length", "allclose")]
 

@@ -387,7 +387,7 @@ def test_serving_benchmark_end_to_end_in_containers(docker_iso, tmp_path):
     # run theirs at the same time, so only this run's are looked for)
     client = docker.from_env()
     assert rec.extra.get("containers") and rec.extra.get("network")
-    left = [c.name for c in client.containers.list(all=True) if c.name in rec.extra["containers"]]
+    left = [c.name for c in client.containers.list(all=True, ignore_removed=True) if c.name in rec.extra["containers"]]
     assert left == []
     assert client.networks.list(names=[rec.extra["network"]]) == []
 

@@ -121,7 +121,8 @@ def test_file_quality_guards_are_validated():
     wav = '[[quality]]\nkind = "waveform"\nfiles = "*.wav"\nmin_snr_db = 40\n'
     cfg = VerifyConfig.from_toml(IN_PROCESS + wav)
     assert cfg.quality[0].label == "waveform(*.wav) SNR >= 40 dB"
-    assert "give min_snr_db" in _errors(IN_PROCESS + wav.replace("min_snr_db = 40\n", ""))
+    default = VerifyConfig.from_toml(IN_PROCESS + wav.replace("min_snr_db = 40\n", ""))
+    assert default.quality[0].label == "waveform(*.wav) SNR >= Bk's repeatability"
     assert "give files" in _errors(IN_PROCESS + '[[quality]]\nkind = "tensor"\n')
     assert "files is for waveform and tensor" in _errors(
         IN_PROCESS + '[[quality]]\nkind = "wer"\noutput = "t"\nmax = 0.1\nfiles = "*.x"\n'
