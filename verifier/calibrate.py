@@ -41,7 +41,14 @@ from .fingerprint import collect
 from .isolation import Isolation
 from .measure import Progress, Session, hidden_env
 from .noise import NoiseReading, classify, machine_probe
-from .stats import Design, huber_location, log_ratios, robust_location
+from .stats import (
+    Design,
+    check_spread,
+    huber_location,
+    level_spread,
+    log_ratios,
+    robust_location,
+)
 from .verdict import Fingerprint, RunError
 
 POWER = 0.90
@@ -62,6 +69,12 @@ class Calibration(BaseModel):
     power: float = POWER
     """The power at ``min_gain`` that ``ok_for`` demands ([verifier] feasibility_power)."""
     per_pair_sd: float = 0.0
+    check_sd: float = 0.0
+    level_sd: float = 0.0
+    """``check_sd``: the A/A gains' spread as ``stats.check_spread`` measures it;
+    ``level_sd``: the spread of the A/A pairs' levels (sum of a pair's two log
+    values, after a linear trend). What each verification checks its own
+    noise against (``stats.noise_check``); 0 in older calibrations."""
     aa_gain: float = 0.0
     bias: float = 0.0
     spread: float = 0.0
@@ -89,7 +102,10 @@ class Calibration(BaseModel):
         power: float = POWER,
         fingerprint: Fingerprint | None = None,
         warnings: tuple[str, ...] = (),
+        levels=None,
     ) -> Calibration:
+        """From the A/A pairs' log ratios ``d`` (and their ``levels``: each
+        pair's sum of log values, in pair order)."""
         d = np.asarray(d, dtype=float)
         if d.size < 2:
             raise ValueError("calibration needs at least 2 A/A pairs")
@@ -115,6 +131,8 @@ class Calibration(BaseModel):
             floor=floor,
             alpha=alpha,
             per_pair_sd=sd,
+            check_sd=check_spread(d),
+            level_sd=level_spread(levels) if levels is not None and len(levels) >= 4 else 0.0,
             aa_gain=math.expm1(offset),
             bias=bias,
             spread=math.expm1(sd / math.sqrt(max_pairs)),
@@ -281,7 +299,11 @@ def calibrate(
             for arm, vals in (("A", a), ("A'", b)):
                 warnings += value_warnings(f"{metric} ({arm})", vals)
             cal = Calibration.from_log_ratios(
-                d, direction=direction, warnings=tuple(warnings), **base
+                d,
+                direction=direction,
+                warnings=tuple(warnings),
+                levels=np.log(a) + np.log(b),
+                **base,
             )
             source, note = classify(cal.per_pair_sd, noise_reading(s))
             return cal.model_copy(update={"noise_source": source, "noise_note": note})
