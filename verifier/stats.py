@@ -319,11 +319,23 @@ class Design:
     def max_pairs(self) -> int:
         return self.looks[-1]
 
+    @property
+    def deciding_looks(self) -> tuple[int, ...]:
+        """The looks that can decide: from ``POOL_MIN_PAIRS`` pairs on (fewer
+        cannot check the calibration's spread), unless the design has none."""
+        kept = tuple(n for n in self.looks if n >= POOL_MIN_PAIRS)
+        return kept or self.looks
+
     def z_boundary(self, n: int, share: float = 0.0) -> float:
+        """The look's z boundary; infinite at a look before the deciding ones,
+        whose alpha the first deciding look spends instead."""
         if n not in self.looks:
             raise ValueError(f"{n} pairs is not a planned look ({self.looks})")
+        looks = self.deciding_looks
+        if n not in looks:
+            return math.inf
         spent = self.alpha * (share or SPEND_SHARE)
-        return boundaries(self.looks, spent, self.gamma)[self.looks.index(n)]
+        return boundaries(looks, spent, self.gamma)[looks.index(n)]
 
     def critical(self, n: int, df: float, share: float = 0.0) -> float:
         """The look's t critical value: its nominal level at ``df`` degrees of
@@ -467,8 +479,8 @@ def _spread_without_outliers(x, *, trend: bool = False) -> tuple[float, int]:
         return coef, (float(np.sqrt(np.sum(res**2) / df)) if df > 0 else math.inf), df
 
     coef, sd, df = fit(x, t)
-    for _ in range(max(1, int(SKIP_SHARE * x.size))):
-        if x.size < POOL_MIN_PAIRS:
+    for _ in range(max(2, x.size // 5)):
+        if x.size < POOL_MIN_PAIRS - 1:
             break
         i = int(np.argmax(np.abs(x - np.polyval(coef, t))))
         rx, rt = np.delete(x, i), np.delete(t, i)
@@ -622,7 +634,13 @@ def judge_objective(
             loc = Location(loc.point, loc.se * f, loc.df, noise.spread, loc.clipped)
     else:
         loc = robust_location(g, prior_sd=prior_sd, prior_df=prior_df)
-    crit = design.critical(n, loc.df, OWN_SHARE if own_only else SPEND_SHARE)
+    if n not in design.looks:
+        raise ValueError(f"{n} pairs is not a planned look ({design.looks})")
+    share = OWN_SHARE if own_only else SPEND_SHARE
+    deciding = n in design.deciding_looks
+    # a look before the deciding ones decides nothing; its interval is shown at
+    # the first deciding look's critical value
+    crit = design.critical(n if deciding else design.deciding_looks[0], loc.df, share)
     se = max(loc.se, 1e-12)
     est = Estimate(loc.point, loc.point - crit * se, loc.point + crit * se, 1 - 2 * design.alpha)
     p = float(_st.t.sf(loc.point / se, loc.df))
@@ -630,6 +648,9 @@ def judge_objective(
     ci = f"{gain:+.2%} [{lo:+.2%}, {hi:+.2%}] ({est.level:.0%} repeated interval)"
     look = dict(n=n, gain=gain, gain_low=lo, gain_high=hi, log_gain=est, p_value=p)
     look.update(critical=crit, margin=margin, scale=loc.scale, noise=noise)
+    if not deciding:
+        why = f"no decision before {design.deciding_looks[0]} pairs (too few to check the noise)"
+        return ObjectiveLook(**look, decision="continue", reason=f"{ci}; {why}")
     if hi < 0:
         why = (
             f"slower by {math.expm1(-est.point):.1%} (at least {math.expm1(-est.high):.1%}): "
@@ -642,13 +663,11 @@ def judge_objective(
             f"min_gain after {n} pairs"
         )
         return ObjectiveLook(**look, decision="reject", reason=why, finding="short")
-    if lo > margin and gain >= min_gain and n >= POOL_MIN_PAIRS:
+    if lo > margin and gain >= min_gain:
         clears = f"clears the bias margin {margin:.2%}" if margin > 0 else "clears 0"
         why = f"gain {ci} {clears} (t > {crit:.2f}), p={p:.2g}, after {n} pairs"
         return ObjectiveLook(**look, decision="accept", reason=why, finding="gain")
     why = []
-    if n < POOL_MIN_PAIRS:
-        why.append(f"no accept before {POOL_MIN_PAIRS} pairs (too few to check the noise)")
     if lo <= margin:
         what = f"the bias margin {margin:.2%}" if margin > 0 else "0"
         why.append(f"interval low end {lo:+.2%} does not clear {what}")

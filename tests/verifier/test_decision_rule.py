@@ -123,19 +123,26 @@ def test_false_accepts_at_cv5():
 
 def test_a_machine_noisier_than_at_calibration_cannot_pass_an_identical_candidate():
     """Calibrated at CV 2%, verified at CV 8% (a neighbour came): the stale
-    spread made ~5% of identical candidates accepted; each look now checks the
-    runs' own noise against the calibration's and sets a stale spread aside."""
+    spread let 6% of these identical candidates through (24 of 400); each look
+    now checks the runs' own noise against the calibration's and sets a stale
+    spread aside."""
+    # 400 trials: the bound sits between the old rule (~5% accepted) and the
+    # target (<= 1%, measured on 1000+ trials in benchmarks/verifier_quality.py)
     res = _run(0.08, 0.0, 400, seed=70_000, cal_cv=0.02)
     accepts = sum(d == "accept" for d, _ in res) / len(res)
     slower = sum(look.finding == "slower" for _, look in res) / len(res)
-    assert accepts <= 0.01 and slower <= 0.05, (accepts, slower)
+    assert accepts <= 0.02 and slower <= 0.025, (accepts, slower)
     stale = [look for _, look in res if look.noise.stale]
     assert len(stale) > 0.9 * len(res)  # found, and said
     assert "noisier than at calibration" in stale[0].noise.note()
 
 
 def test_an_identical_candidate_is_rarely_called_slower():
+    """Harm is decided by the repeated interval (spent alpha), not by a fixed
+    97.5% bound at every look (which called 7.5% of these identical
+    candidates "clearly worse", and 12.5% after a stale calibration); the
+    target is <= 5%."""
     res = _run(0.08, 0.0, 400, seed=80_000)
     accepts = sum(d == "accept" for d, _ in res) / len(res)
     slower = sum(look.finding == "slower" for _, look in res) / len(res)
-    assert accepts <= 0.01 and slower <= 0.05, (accepts, slower)
+    assert accepts <= 0.02 and slower <= 0.025, (accepts, slower)
