@@ -480,7 +480,7 @@ def _spread_without_outliers(x, *, trend: bool = False) -> tuple[float, int]:
 
     coef, sd, df = fit(x, t)
     for _ in range(max(2, x.size // 5)):
-        if x.size < POOL_MIN_PAIRS - 1:
+        if x.size <= POOL_MIN_PAIRS - 1:  # keep at least 5 values: fewer can collapse
             break
         i = int(np.argmax(np.abs(x - np.polyval(coef, t))))
         rx, rt = np.delete(x, i), np.delete(t, i)
