@@ -14,9 +14,13 @@ default ``[verifier]`` settings. Extra rows:
 * noisy neighbour: a background job that comes and goes (on for ~5 runs, off
   for ~10, on average) and slows the runs it overlaps by 5-30%, with 2x the
   noise while on; it arrives AFTER a quiet calibration, so the calibration's
-  spread understates the verification's.
+  spread understates the verification's;
+* CV 8% with a fresh calibration, and a stale one: calibrated at CV 2%,
+  verified at CV 8% (the machine got 4x noisier after calibration). The
+  calibration and every look pass the pairs' levels too (``noise_check``).
 
-Columns: accept / reject / inconclusive rates, mean pairs, the sample-size
+Columns: accept / reject / reject as slower (an identical candidate "called
+worse": the target is <= 5%) / inconclusive rates, mean pairs, the sample-size
 bound of a fixed paired one-sided z-test at alpha 1% with 90% power
 ``n = ((2.326 + 1.282) * sigma_d / delta)^2`` (``sigma_d = sqrt(2) * CV``,
 ``delta = ln(1 + gain)``), the ratio of mean pairs to that bound, the target

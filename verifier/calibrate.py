@@ -12,6 +12,11 @@ Definitions (objective metric, per-pair log ratios d of A/A pairs):
   tied to a checkout, carry-over). It is the only margin an accepted gain's
   interval must clear: ``noise_margin = max(floor, bias)``. Noise itself is
   not added again: the sequential test already accounts for it;
+* ``check_sd`` and ``level_sd``: the A/A gains' spread and the pairs'
+  levels' spread (sum of a pair's two log values, after a linear trend),
+  each after far outliers: what every look of a verification checks its own
+  noise against (``stats.noise_check``), so a machine that got noisier after
+  calibration is judged by the noise it shows, never by this one;
 * ``spread``: the A/A ratio's standard error at ``max_pairs`` pairs (shown);
 * ``min_detectable_gain``: the smallest true gain the judge accepts with
   probability ``power`` (``[verifier] feasibility_power``, 90% by default)
