@@ -12,6 +12,11 @@ Definitions (objective metric, per-pair log ratios d of A/A pairs):
   tied to a checkout, carry-over). It is the only margin an accepted gain's
   interval must clear: ``noise_margin = max(floor, bias)``. Noise itself is
   not added again: the sequential test already accounts for it;
+* ``check_sd`` and ``level_sd``: the A/A gains' spread and the pairs'
+  levels' spread (sum of a pair's two log values, after a linear trend),
+  each after far outliers: what every look of a verification checks its own
+  noise against (``stats.noise_check``), so a machine that got noisier after
+  calibration is judged by the noise it shows, never by this one;
 * ``spread``: the A/A ratio's standard error at ``max_pairs`` pairs (shown);
 * ``min_detectable_gain``: the smallest true gain the judge accepts with
   probability ``power`` (``[verifier] feasibility_power``, 90% by default)
@@ -41,7 +46,14 @@ from .fingerprint import collect
 from .isolation import Isolation
 from .measure import Progress, Session, hidden_env
 from .noise import NoiseReading, classify, machine_probe
-from .stats import Design, huber_location, log_ratios, robust_location
+from .stats import (
+    Design,
+    check_spread,
+    huber_location,
+    level_spread,
+    log_ratios,
+    robust_location,
+)
 from .verdict import Fingerprint, RunError
 
 POWER = 0.90
@@ -62,6 +74,12 @@ class Calibration(BaseModel):
     power: float = POWER
     """The power at ``min_gain`` that ``ok_for`` demands ([verifier] feasibility_power)."""
     per_pair_sd: float = 0.0
+    check_sd: float = 0.0
+    level_sd: float = 0.0
+    """``check_sd``: the A/A gains' spread as ``stats.check_spread`` measures it;
+    ``level_sd``: the spread of the A/A pairs' levels (sum of a pair's two log
+    values, after a linear trend). What each verification checks its own
+    noise against (``stats.noise_check``); 0 in older calibrations."""
     aa_gain: float = 0.0
     bias: float = 0.0
     spread: float = 0.0
@@ -89,7 +107,10 @@ class Calibration(BaseModel):
         power: float = POWER,
         fingerprint: Fingerprint | None = None,
         warnings: tuple[str, ...] = (),
+        levels=None,
     ) -> Calibration:
+        """From the A/A pairs' log ratios ``d`` (and their ``levels``: each
+        pair's sum of log values, in pair order)."""
         d = np.asarray(d, dtype=float)
         if d.size < 2:
             raise ValueError("calibration needs at least 2 A/A pairs")
@@ -115,6 +136,8 @@ class Calibration(BaseModel):
             floor=floor,
             alpha=alpha,
             per_pair_sd=sd,
+            check_sd=check_spread(d),
+            level_sd=level_spread(levels) if levels is not None and len(levels) >= 4 else 0.0,
             aa_gain=math.expm1(offset),
             bias=bias,
             spread=math.expm1(sd / math.sqrt(max_pairs)),
@@ -281,7 +304,11 @@ def calibrate(
             for arm, vals in (("A", a), ("A'", b)):
                 warnings += value_warnings(f"{metric} ({arm})", vals)
             cal = Calibration.from_log_ratios(
-                d, direction=direction, warnings=tuple(warnings), **base
+                d,
+                direction=direction,
+                warnings=tuple(warnings),
+                levels=np.log(a) + np.log(b),
+                **base,
             )
             source, note = classify(cal.per_pair_sd, noise_reading(s))
             return cal.model_copy(update={"noise_source": source, "noise_note": note})

@@ -10,7 +10,8 @@ Flow of ``verify`` (each step a function below):
    different checkout), ``initial_pairs`` first; at each look the objective
    is judged (``stats.judge_objective``) and every guard evaluated:
    - a guard that clearly fails, or a failed request: ``reject`` (stop);
-   - objective clearly worse / wholly below ``min_gain``: ``reject`` (stop);
+   - objective's repeated interval wholly below 0 ("slower by X%") or below
+     ``min_gain`` ("short of min_gain"): ``reject`` (stop);
    - objective accepted and every guard clear: stop;
    - otherwise add ``step`` pairs, up to ``max_pairs``.
    Guards pass or fail early only on a wide interval (``guard_interim_level``);
@@ -54,8 +55,10 @@ from .runner import RunRecord
 from .stats import (
     Design,
     ObjectiveLook,
+    detectable_gain,
     judge_objective,
     log_ratios,
+    pairs_for,
     value_warnings,
 )
 from .verdict import (
@@ -314,7 +317,12 @@ def _test_settings(
     use_cal = calibration is not None and calibration.error is None
     margin = calibration.bias_margin(v.min_noise_margin) if use_cal else v.min_noise_margin
     prior = (
-        dict(prior_sd=calibration.per_pair_sd, prior_df=calibration.prior_df)
+        dict(
+            prior_sd=calibration.per_pair_sd,
+            prior_df=calibration.prior_df,
+            prior_level_sd=calibration.level_sd or None,
+            prior_check_sd=calibration.check_sd or None,
+        )
         if use_cal and calibration.metric in ("", metric)
         else {}
     )
@@ -425,7 +433,12 @@ def _looks(
         gains = log_ratios(c, r) * (1 if plan.direction == "higher" else -1)
         min_gain = plan.config.objective.min_gain
         look = judge_objective(
-            gains, min_gain=min_gain, design=design, margin=plan.margin, **plan.prior
+            gains,
+            min_gain=min_gain,
+            design=design,
+            margin=plan.margin,
+            levels=np.log(c) + np.log(r),
+            **plan.prior,
         )
         guard_results = judge.guards(s, final=target == design.max_pairs)
         if any(g.status == "fail" for g in guard_results) or look.decision == "reject":
@@ -590,8 +603,21 @@ def _conclude(
             "no calibration given: the test uses this verification's own spread only "
             f"(bias margin {plan.margin:.1%})"
         )
-    max_pairs = plan.config.verifier.max_pairs
-    decision, reason, quarantined = decide(found.look, found.guards, max_pairs)
+    v = plan.config.verifier
+    if found.look.noise.stale:
+        warnings.append(found.look.noise.note())
+    too_noisy = _calibration_too_noisy(plan)
+    if too_noisy:
+        warnings.append(too_noisy)
+    decision, reason, quarantined = decide(
+        found.look,
+        found.guards,
+        v.max_pairs,
+        min_gain=plan.config.objective.min_gain,
+        power=v.feasibility_power,
+    )
+    if too_noisy:
+        reason = f"{reason}. Note: {too_noisy}"
     if found.doubt is not None and decision == Decision.ACCEPT:
         decision, reason = Decision.REVIEW, found.doubt
     elif found.doubt is not None:
@@ -613,6 +639,17 @@ def _conclude(
         quarantined=quarantined,
         **plan.base,
     )
+
+
+def _calibration_too_noisy(plan: _Plan) -> str:
+    """The calibration's own "too noisy for this min_gain", when it said so ('' else)."""
+    cal = plan.calibration
+    if cal is None or cal.error is not None:
+        return ""
+    ok, why = cal.ok_for(plan.config.objective.min_gain)
+    if ok:
+        return ""
+    return "the calibration said: " + why.split(". Raise min_gain")[0]
 
 
 #: The least share of a run that the benchmark's own timed window is taken to
@@ -704,12 +741,45 @@ def _emit_done(
         pass
 
 
+def _undecided(look: ObjectiveLook, max_pairs: int, min_gain: float | None, power: float) -> str:
+    """Why the cap left the objective open, and what would decide it: the
+    smallest gain this test detects at the noise measured, and the pairs
+    ``min_gain`` would need at that noise."""
+    why = f"objective undecided after {look.n} pairs (the cap of {max_pairs}): {look.reason}"
+    if not math.isfinite(look.scale) or look.scale <= 0 or not math.isfinite(look.critical):
+        return why
+    mdg = detectable_gain(look.scale, look.n, crit=look.critical, margin=look.margin, power=power)
+    why += (
+        f". At the noise measured (per-pair spread {look.scale:.2%}) the smallest gain this "
+        f"test detects within {look.n} pairs is {mdg:.1%}"
+    )
+    if min_gain is not None and min_gain > look.margin and mdg > min_gain:
+        need = pairs_for(look.scale, min_gain, crit=look.critical, margin=look.margin, power=power)
+        why += (
+            f"; to decide min_gain {min_gain:.1%} here it needs about {need} pairs "
+            "([verifier] max_pairs), or a steadier measurement: longer runs, or a quieter machine"
+        )
+    else:
+        why += "; more pairs ([verifier] max_pairs) would decide it"
+    if look.noise.stale:
+        why += f"; {look.noise.note()}"
+    return why
+
+
 def decide(
-    look: ObjectiveLook, guards: list[GuardResult], max_pairs: int
+    look: ObjectiveLook,
+    guards: list[GuardResult],
+    max_pairs: int,
+    *,
+    min_gain: float | None = None,
+    power: float = 0.90,
 ) -> tuple[Decision, str, bool]:
     """(decision, reason, quarantined) from the objective's last look and every
     guard: reject > inconclusive > review (quarantined above 10x, a guard
-    unclear, a gain above 2x) > accept."""
+    unclear, a gain above 2x) > accept. The objective's reject says which
+    bound decided it ("slower by X%", "short of min_gain"); an inconclusive
+    one says what gain the noise measured allows and what would decide
+    ``min_gain`` (``power``: as the calibration's feasibility)."""
     failed = [g for g in guards if g.status == "fail"]
     unclear = [g for g in guards if g.status == "unclear"]
     if failed:
@@ -720,11 +790,7 @@ def decide(
     if look.decision == "reject":
         return Decision.REJECT, f"objective {look.reason}", False
     if look.decision != "accept":
-        return (
-            Decision.INCONCLUSIVE,
-            f"objective still {look.reason} (cap of {max_pairs} pairs reached)",
-            False,
-        )
+        return Decision.INCONCLUSIVE, _undecided(look, max_pairs, min_gain, power), False
     if look.gain > QUARANTINE_GAIN:
         return (
             Decision.REVIEW,

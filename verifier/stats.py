@@ -238,8 +238,19 @@ HUBER_C = 2.0
 SKIP_K = 3.5
 SKIP_SHARE = 0.10  # more than this share of pairs set aside (and > 1): heavy tails, use Huber
 SPENDING_GAMMA = -2.0
-FUTILITY_LEVEL = 0.975
 PRIOR_F = 0.05  # drop the calibration's spread when this verification's is larger at 5%
+# The calibration's spread is pooled in only from POOL_MIN_PAIRS pairs on, and
+# only at a look where the runs' own noise is not larger at STALE_F (see
+# ``noise_check``): with fewer pairs nothing can tell a machine that got 4x
+# noisier from a chance run of close pairs. Outliers for that check: a pair
+# CHECK_K spreads of the others away.
+POOL_MIN_PAIRS = 6
+STALE_F = 0.02
+CHECK_K = 4.0
+# Share of alpha a look spends when it is judged on its own spread only (no
+# calibration, or one that no longer holds): fewer degrees of freedom make
+# the t conversion less exact in the far tail, so that test spends less.
+OWN_SHARE = 0.6
 # Share of alpha the boundaries spend. Converting z boundaries to t critical
 # values with a robust spread runs above the nominal level at 4-30 pairs under
 # outliers (measured in benchmarks/verifier_quality.py); spending 85% of
@@ -308,15 +319,28 @@ class Design:
     def max_pairs(self) -> int:
         return self.looks[-1]
 
-    def z_boundary(self, n: int) -> float:
+    @property
+    def deciding_looks(self) -> tuple[int, ...]:
+        """The looks that can decide: from ``POOL_MIN_PAIRS`` pairs on (fewer
+        cannot check the calibration's spread), unless the design has none."""
+        kept = tuple(n for n in self.looks if n >= POOL_MIN_PAIRS)
+        return kept or self.looks
+
+    def z_boundary(self, n: int, share: float = 0.0) -> float:
+        """The look's z boundary; infinite at a look before the deciding ones,
+        whose alpha the first deciding look spends instead."""
         if n not in self.looks:
             raise ValueError(f"{n} pairs is not a planned look ({self.looks})")
-        spent = self.alpha * SPEND_SHARE
-        return boundaries(self.looks, spent, self.gamma)[self.looks.index(n)]
+        looks = self.deciding_looks
+        if n not in looks:
+            return math.inf
+        spent = self.alpha * (share or SPEND_SHARE)
+        return boundaries(looks, spent, self.gamma)[looks.index(n)]
 
-    def critical(self, n: int, df: float) -> float:
-        """The look's t critical value: its nominal level at ``df`` degrees of freedom."""
-        return float(_st.t.isf(_st.norm.sf(self.z_boundary(n)), max(df, 1)))
+    def critical(self, n: int, df: float, share: float = 0.0) -> float:
+        """The look's t critical value: its nominal level at ``df`` degrees of
+        freedom (``share``: of alpha spent, default ``SPEND_SHARE``)."""
+        return float(_st.t.isf(_st.norm.sf(self.z_boundary(n, share)), max(df, 1)))
 
 
 @dataclass(frozen=True)
@@ -358,8 +382,9 @@ def huber_location(
     return Location(centre, sd / math.sqrt(n), df, sd, int(np.sum(np.abs(r) > lim)))
 
 
-def _pool(own: float, df: float, prior_sd: float | None, prior_df: int,
-          *, check: bool = True) -> tuple[float, float]:
+def _pool(
+    own: float, df: float, prior_sd: float | None, prior_df: int, *, check: bool = True
+) -> tuple[float, float]:
     """(spread, df): ``own`` pooled with the calibration's unless (``check``) an
     F test finds it clearly noisier."""
     if prior_sd is None or prior_df <= 0 or prior_sd <= 0 or df < 1:
@@ -369,7 +394,9 @@ def _pool(own: float, df: float, prior_sd: float | None, prior_df: int,
     return math.sqrt((df * own**2 + prior_df * prior_sd**2) / (df + prior_df)), df + prior_df
 
 
-def robust_location(d, *, prior_sd: float | None = None, prior_df: int = 0) -> Location:
+def robust_location(
+    d, *, prior_sd: float | None = None, prior_df: int = 0, cautious: bool = False
+) -> Location:
     """Skipped mean of ``d``: pairs beyond ``SKIP_K`` spreads of the median set
     aside, classic mean and spread of the rest, spread pooled with the prior.
     Falls back to ``huber_location`` when more pairs are set aside than rare
@@ -380,7 +407,13 @@ def robust_location(d, *, prior_sd: float | None = None, prior_df: int = 0) -> L
         raise ValueError("a location needs at least 2 pairs")
     med = float(np.median(d))
     mad = 1.4826 * float(np.median(np.abs(d - med)))
+    # the skipping spread: never below the calibration's; ``cautious`` (a
+    # verification judged on its own spread), never below the classic one
+    # either: the MAD alone singles out a tight cluster and sets the rest
+    # aside, which makes the spread too small (A/A false accepts above alpha)
     s = max(mad, prior_sd or 0.0) if prior_df > 0 else mad
+    if cautious:
+        s = max(s, float(np.std(d, ddof=1)))
     s = s if s > 0 else float(np.std(d, ddof=1))
     keep = np.abs(d - med) <= SKIP_K * s if s > 0 else np.ones(n, dtype=bool)
     if n - int(keep.sum()) > max(1, int(SKIP_SHARE * n)):
@@ -394,12 +427,147 @@ def robust_location(d, *, prior_sd: float | None = None, prior_df: int = 0) -> L
 
 
 @dataclass(frozen=True)
+class NoiseCheck:
+    """Whether the calibration's spread holds for this verification, at one look.
+
+    The noise the runs show now is compared with the calibration's on two
+    sets of degrees of freedom: the per-pair gains (their spread against the
+    calibration's ``per_pair_sd``) and, when given, the pairs' levels (the
+    sum of a pair's two log values, after a linear trend, against the
+    calibration's ``level_sd``), which doubles what a few pairs can tell.
+    Their pooled variance ratio is an F test at ``STALE_F``: when it finds
+    this verification noisier (``stale``), the calibration's spread is set
+    aside at this look and the test uses the pairs' own spread, so a machine
+    that got noisier after calibration is judged by the spread it shows now.
+    ``ratio`` is the measured noise over the calibration's (a spread ratio)."""
+
+    stale: bool = False
+    checked: bool = False
+    ratio: float = math.nan
+    own_sd: float = math.nan
+    prior_sd: float | None = None
+    spread: float = math.nan
+    """The per-pair spread the gains and levels show together (``ratio`` x
+    the calibration's): a stale look's test uses it where it is the larger."""
+
+    def note(self) -> str:
+        """A sentence for the verdict's warnings ('' unless stale)."""
+        if not self.stale or self.prior_sd is None:
+            return ""
+        return (
+            f"the machine is noisier than at calibration ({self.ratio:.1f}x the calibration's "
+            f"spread; per-pair spread {self.own_sd:.2%} vs {self.prior_sd:.2%}): the "
+            "calibration's spread was set aside and this verification's own used; "
+            "recalibrate when the machine is quieter"
+        )
+
+
+def _spread_without_outliers(x, *, trend: bool = False) -> tuple[float, int]:
+    """(spread, df) of ``x`` about its mean (about a linear trend over its
+    order, with ``trend``), setting aside, one at a time and at most max(1,
+    10%) of them, values further than ``CHECK_K`` spreads of the others from
+    the others' fit (a preempted run). Unlike a MAD, the others' classic
+    spread cannot collapse onto a tight cluster of a few pairs."""
+    x = np.asarray(x, dtype=float)
+    t = np.arange(x.size, dtype=float)
+    p = 2 if trend and x.size >= 4 else 1
+
+    def fit(xs, ts):
+        coef = np.polyfit(ts, xs, p - 1)
+        res = xs - np.polyval(coef, ts)
+        df = xs.size - p
+        return coef, (float(np.sqrt(np.sum(res**2) / df)) if df > 0 else math.inf), df
+
+    coef, sd, df = fit(x, t)
+    for _ in range(max(2, x.size // 5)):
+        if x.size <= POOL_MIN_PAIRS - 1:  # keep at least 5 values: fewer can collapse
+            break
+        i = int(np.argmax(np.abs(x - np.polyval(coef, t))))
+        rx, rt = np.delete(x, i), np.delete(t, i)
+        rcoef, rsd, rdf = fit(rx, rt)
+        if abs(x[i] - np.polyval(rcoef, t[i])) <= CHECK_K * rsd:
+            break
+        x, t, coef, sd, df = rx, rt, rcoef, rsd, rdf
+    return sd, df
+
+
+def level_spread(levels) -> float:
+    """The spread of the pairs' levels (sum of a pair's two log values) after
+    a linear trend and rare outliers: what ``noise_check`` compares."""
+    return _spread_without_outliers(levels, trend=True)[0]
+
+
+def check_spread(g) -> float:
+    """The spread of per-pair gains after rare outliers, as ``noise_check``
+    measures it (a calibration stores its own, to compare like with like)."""
+    return _spread_without_outliers(g)[0]
+
+
+def noise_check(
+    g,
+    prior_sd: float | None,
+    prior_df: int,
+    *,
+    levels=None,
+    prior_level_sd: float | None = None,
+    prior_check_sd: float | None = None,
+) -> NoiseCheck:
+    """``NoiseCheck`` of the pairs ``g`` (and their ``levels``) against the
+    calibration: ``prior_check_sd`` (its ``check_spread``, else ``prior_sd``)
+    and ``prior_level_sd`` (its ``level_spread``)."""
+    g = np.asarray(g, dtype=float)
+    if prior_sd is None or prior_sd <= 0 or prior_df <= 0:
+        return NoiseCheck()
+    if g.size < POOL_MIN_PAIRS:
+        return NoiseCheck(stale=False, checked=False, prior_sd=prior_sd)
+    own, df = _spread_without_outliers(g)
+    chi, dfs = df * (own / (prior_check_sd or prior_sd)) ** 2, df
+    if levels is not None and prior_level_sd:
+        lv = np.asarray(levels, dtype=float)
+        if lv.size == g.size:
+            lsd, ldf = _spread_without_outliers(lv, trend=True)
+            if ldf > 0:
+                chi, dfs = chi + ldf * (lsd / prior_level_sd) ** 2, dfs + ldf
+    ratio = math.sqrt(chi / dfs)
+    stale = ratio**2 > _st.f.isf(STALE_F, dfs, prior_df)
+    base = prior_check_sd or prior_sd
+    return NoiseCheck(
+        stale=stale, checked=True, ratio=ratio, own_sd=own, prior_sd=prior_sd, spread=ratio * base
+    )
+
+
+def detectable_gain(
+    sd: float, n: int, *, crit: float, margin: float = 0.0, power: float = 0.90
+) -> float:
+    """The smallest true gain accepted with probability ``power`` at a look of
+    ``n`` pairs whose critical value is ``crit``, at per-pair spread ``sd``."""
+    z = crit + float(_st.norm.ppf(power))
+    return math.expm1(math.log1p(margin) + z * sd / math.sqrt(max(n, 1)))
+
+
+def pairs_for(
+    sd: float, gain: float, *, crit: float, margin: float = 0.0, power: float = 0.90
+) -> int:
+    """About how many pairs ``detectable_gain`` needs to reach ``gain`` (at
+    the same critical value)."""
+    room = math.log1p(gain) - math.log1p(margin)
+    if room <= 0:
+        return 10**6
+    z = crit + float(_st.norm.ppf(power))
+    return max(2, math.ceil((z * sd / room) ** 2))
+
+
+@dataclass(frozen=True)
 class ObjectiveLook:
     """One look at the objective's paired evidence.
 
     ``gain`` is in the better direction (0.05 = 5% better); the interval is the
-    repeated confidence interval of the gain (valid over all looks at once).
-    ``decision`` is "accept", "reject" or "continue".
+    repeated confidence interval of the gain (valid over all looks at once),
+    and every decision rests on it. ``decision`` is "accept", "reject" or
+    "continue"; ``finding`` says which: "gain", "slower" (the interval lies
+    below 0), "short" (it lies below ``min_gain``) or "unclear". ``scale`` is
+    the per-pair spread the test used, ``noise`` the check of the
+    calibration's spread against this verification's.
     """
 
     n: int
@@ -412,6 +580,9 @@ class ObjectiveLook:
     reason: str
     critical: float = math.inf
     margin: float = 0.0
+    finding: str = "unclear"
+    scale: float = math.nan
+    noise: NoiseCheck = NoiseCheck()
 
 
 def judge_objective(
@@ -422,42 +593,80 @@ def judge_objective(
     margin: float = 0.0,
     prior_sd: float | None = None,
     prior_df: int = 0,
+    levels=None,
+    prior_level_sd: float | None = None,
+    prior_check_sd: float | None = None,
 ) -> ObjectiveLook:
     """Decide on the objective at one planned look from per-pair log gains
-    (positive = candidate better).
+    (positive = candidate better), by the repeated interval alone:
 
-    accept:   the repeated interval's low end clears ``margin`` (bias the ABBA
-              design cannot cancel; 0 when none was seen) and the point gain
-              reaches ``min_gain``;
-    reject:   even a 97.5% upper bound lies below 0 (clearly worse) or below
-              ``min_gain`` (no gain worth keeping): non-binding futility;
+    accept:   its low end clears ``margin`` (bias the ABBA design cannot
+              cancel; 0 when none was seen) and the point gain reaches
+              ``min_gain``;
+    reject:   its high end lies below 0 (slower) or below ``min_gain``
+              (short of it): non-binding futility, at the same spent level as
+              the accept, so an identical candidate is called slower at most
+              ``alpha`` of the time over all looks;
     continue: anything else (the caller adds pairs, or ends inconclusive).
+
+    The calibration's spread (``prior_sd``, ``prior_df``) is pooled in only
+    from ``POOL_MIN_PAIRS`` pairs on and where ``noise_check`` finds that it
+    holds (``levels``: each pair's log level, checked against
+    ``prior_level_sd``); otherwise the look uses the pairs' own spread and
+    spends ``OWN_SHARE`` of alpha.
     """
     g = np.asarray(log_gains, dtype=float)
     n = g.size
-    loc = robust_location(g, prior_sd=prior_sd, prior_df=prior_df)
-    crit = design.critical(n, loc.df)
+    noise = noise_check(
+        g,
+        prior_sd,
+        prior_df,
+        levels=levels,
+        prior_level_sd=prior_level_sd,
+        prior_check_sd=prior_check_sd,
+    )
+    own_only = noise.stale or not prior_df or not prior_sd or n < POOL_MIN_PAIRS
+    if own_only:
+        loc = robust_location(g, cautious=True)
+        if noise.stale and noise.spread > loc.scale:
+            # widen to the noise all the runs' degrees of freedom show now
+            f = noise.spread / loc.scale
+            loc = Location(loc.point, loc.se * f, loc.df, noise.spread, loc.clipped)
+    else:
+        loc = robust_location(g, prior_sd=prior_sd, prior_df=prior_df)
+    if n not in design.looks:
+        raise ValueError(f"{n} pairs is not a planned look ({design.looks})")
+    share = OWN_SHARE if own_only else SPEND_SHARE
+    deciding = n in design.deciding_looks
+    # a look before the deciding ones decides nothing; its interval is shown at
+    # the first deciding look's critical value
+    crit = design.critical(n if deciding else design.deciding_looks[0], loc.df, share)
     se = max(loc.se, 1e-12)
     est = Estimate(loc.point, loc.point - crit * se, loc.point + crit * se, 1 - 2 * design.alpha)
     p = float(_st.t.sf(loc.point / se, loc.df))
-    upper = loc.point + float(_st.t.isf(1 - FUTILITY_LEVEL, loc.df)) * se
     gain, lo, hi = math.expm1(est.point), math.expm1(est.low), math.expm1(est.high)
     ci = f"{gain:+.2%} [{lo:+.2%}, {hi:+.2%}] ({est.level:.0%} repeated interval)"
     look = dict(n=n, gain=gain, gain_low=lo, gain_high=hi, log_gain=est, p_value=p)
-    look.update(critical=crit, margin=margin)
-    if math.expm1(upper) < 0:
-        why = f"clearly worse: {ci} after {n} pairs"
-        return ObjectiveLook(**look, decision="reject", reason=why)
-    if min_gain > 0 and math.expm1(upper) < min_gain:
+    look.update(critical=crit, margin=margin, scale=loc.scale, noise=noise)
+    if not deciding:
+        why = f"no decision before {design.deciding_looks[0]} pairs (too few to check the noise)"
+        return ObjectiveLook(**look, decision="continue", reason=f"{ci}; {why}")
+    if hi < 0:
         why = (
-            f"no gain worth keeping: {ci}; its {FUTILITY_LEVEL:.1%} upper bound "
-            f"{math.expm1(upper):+.2%} lies below min_gain {min_gain:.2%} after {n} pairs"
+            f"slower by {math.expm1(-est.point):.1%} (at least {math.expm1(-est.high):.1%}): "
+            f"gain {ci}, its upper end {hi:+.2%} below 0 after {n} pairs"
         )
-        return ObjectiveLook(**look, decision="reject", reason=why)
+        return ObjectiveLook(**look, decision="reject", reason=why, finding="slower")
+    if min_gain > 0 and hi < min_gain:
+        why = (
+            f"short of min_gain {min_gain:.2%}: gain {ci}, its upper end {hi:+.2%} below "
+            f"min_gain after {n} pairs"
+        )
+        return ObjectiveLook(**look, decision="reject", reason=why, finding="short")
     if lo > margin and gain >= min_gain:
         clears = f"clears the bias margin {margin:.2%}" if margin > 0 else "clears 0"
         why = f"gain {ci} {clears} (t > {crit:.2f}), p={p:.2g}, after {n} pairs"
-        return ObjectiveLook(**look, decision="accept", reason=why)
+        return ObjectiveLook(**look, decision="accept", reason=why, finding="gain")
     why = []
     if lo <= margin:
         what = f"the bias margin {margin:.2%}" if margin > 0 else "0"
@@ -485,15 +694,21 @@ def run_sequential(
     margin: float = 0.0,
     prior_sd: float | None = None,
     prior_df: int = 0,
+    prior_level_sd: float | None = None,
+    prior_check_sd: float | None = None,
 ) -> tuple[str, ObjectiveLook]:
     """The sequential design on its own, for simulations: ``draw_pairs(k)``
-    returns k more per-pair log gains. Returns (decision, last look) with
-    decision in accept | reject | inconclusive, exactly as ``judge.verify``
-    decides on the objective."""
-    g = np.empty(0)
+    returns k more per-pair log gains, or (gains, levels). Returns (decision,
+    last look) with decision in accept | reject | inconclusive, exactly as
+    ``judge.verify`` decides on the objective."""
+    g, lv = np.empty(0), np.empty(0)
     look = None
     for target in design.looks:
-        g = np.concatenate([g, np.asarray(draw_pairs(target - g.size), dtype=float)])
+        drawn = draw_pairs(target - g.size)
+        if isinstance(drawn, tuple):
+            drawn, more = drawn
+            lv = np.concatenate([lv, np.asarray(more, dtype=float)])
+        g = np.concatenate([g, np.asarray(drawn, dtype=float)])
         look = judge_objective(
             g,
             min_gain=min_gain,
@@ -501,6 +716,9 @@ def run_sequential(
             margin=margin,
             prior_sd=prior_sd,
             prior_df=prior_df,
+            levels=lv if lv.size == g.size else None,
+            prior_level_sd=prior_level_sd,
+            prior_check_sd=prior_check_sd,
         )
         if look.decision != "continue":
             return look.decision, look

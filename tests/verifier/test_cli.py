@@ -48,7 +48,7 @@ def test_faster_candidate_accepted(target_repo, tmp_path):
 def test_slower_candidate_rejected(target_repo):
     res = _verify(target_repo, "main", "slow")
     assert res.exit_code == 1, res.output
-    assert "REJECT" in res.output and "clearly worse" in res.output
+    assert "REJECT" in res.output and "slower by" in res.output
 
 
 def test_identical_candidate_not_accepted(target_repo, tmp_path):

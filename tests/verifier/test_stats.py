@@ -74,10 +74,31 @@ def test_judge_objective_accepts_a_clear_gain():
 def test_judge_objective_rejects_worse_and_below_min_gain():
     worse = np.random.default_rng(5).normal(math.log(0.9), 0.01, 10)
     look = judge_objective(worse, min_gain=0.02, design=DESIGN)
-    assert look.decision == "reject" and "clearly worse" in look.reason
+    assert look.decision == "reject" and look.finding == "slower"
+    # a regression says so, in the metric's terms: 10% less throughput = 11% slower
+    assert look.reason.startswith("slower by 11.")
+    # the bound that decided is the one printed: the repeated interval's upper end
+    assert f"its upper end {look.gain_high:+.2%} below 0" in look.reason
     small = np.random.default_rng(6).normal(math.log(1.005), 0.002, 10)
     look = judge_objective(small, min_gain=0.02, design=DESIGN)
-    assert look.decision == "reject" and "below min_gain" in look.reason
+    assert look.decision == "reject" and look.finding == "short"
+    assert look.reason.startswith("short of min_gain 2.00%")
+    assert f"its upper end {look.gain_high:+.2%} below min_gain" in look.reason
+    assert look.gain_high < 0.02
+
+
+def test_reject_needs_the_printed_interval_wholly_below_the_bound():
+    """The old futility rule used a 97.5% one-sided bound at every look while
+    the reason showed the 98% repeated interval: an interval reaching above
+    min_gain could be printed with a reject. Now the printed interval decides."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        g = rng.normal(0.0, 0.05, 10)
+        look = judge_objective(g, min_gain=0.05, design=DESIGN)
+        if look.decision == "reject":
+            assert look.gain_high < 0.05, look.reason
+        else:
+            assert look.gain_high >= 0.05 or look.decision == "accept"
 
 
 def test_judge_objective_continues_when_unclear():
