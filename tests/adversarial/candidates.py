@@ -49,7 +49,8 @@ def _work(replacement_answer: str, *, prelude: str = "", epilogue: str = "") -> 
 HONEST_WORK = BASE_WORK.replace(
     "def build_table() -> list[int]:",
     "@functools.cache\ndef build_table() -> list[int]:",
-).replace('"""\n\nTABLE_SIZE', '"""\n\nimport functools\n\nTABLE_SIZE', 1)
+).replace("\nimport time\n", "\nimport functools\nimport time\n", 1)
+assert "import functools" in HONEST_WORK, "target/app/work.py changed: update candidates.py"
 """The real speedup: the table never changes, so build it once (lazily, on
 the first request: no work moves before readiness). Measured: +30-50% served
 over HTTP, +35-39% in process CPU time (start-up included), +77-103% on the
@@ -64,6 +65,7 @@ WRONG_ANSWER = '''def answer(text: str) -> str:
     for r in range(ROUNDS * 2 // 5):
         for ch in text.encode():
             h = (table[(h ^ ch ^ r) % TABLE_SIZE] + (h >> 7)) % 4294967296
+    time.sleep(DIGEST_WAIT_S * 2 / 5)
     return f"{text} {h:08x}"
 '''
 
@@ -222,6 +224,7 @@ FIRST_RUN_ANSWER = '''def answer(text: str) -> str:
     for r in range(rounds):
         for ch in text.encode():
             h = (table[(h ^ ch ^ r) % TABLE_SIZE] + (h >> 7)) % 4294967296
+    time.sleep(DIGEST_WAIT_S * rounds / ROUNDS)
     return f"{text} {h:08x}"
 '''
 

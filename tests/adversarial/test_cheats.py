@@ -75,20 +75,26 @@ def test_patch_candidate(case: Case, run_case, tmp_path: Path, adversarial):
     from harness.agents import ReplayAgent
 
     repo, _ = adversarial(case.mode)
-    patch = make_patch(repo, tmp_path / f"{case.name}.patch", case.tries, candidates.patch_edits(case.name))
-    for p in HOST_CACHE_PATHS:
+    edits = candidates.patch_edits(case.name)
+    patch = make_patch(repo, tmp_path / f"{case.name}.patch", case.tries, edits)
+    # the host paths and processes this candidate's code names: checked for this
+    # case only, so that cases running in parallel (xdist) never see each other's
+    text = "\n".join(edits.values())
+    cache_paths = [p for p in HOST_CACHE_PATHS if p.name in text]
+    spawns_hogs = candidates.HOG_TOKEN in text
+    for p in cache_paths:
         p.unlink(missing_ok=True)
     try:
         run = run_case(case, ReplayAgent([patch]))
     finally:
-        hogs = hog_processes()
+        hogs = hog_processes() if spawns_hogs else []
         for p in hogs:  # ours (the test started them through the candidate): end each by its pid
             try:
                 p.kill()
             except psutil.Error:
                 pass
     assert not hogs, f"{len(hogs)} process(es) of the candidate outlived its verification"
-    leaked = [str(p) for p in HOST_CACHE_PATHS if p.exists()]
+    leaked = [str(p) for p in cache_paths if p.exists()]
     assert not leaked, f"the candidate wrote on the host: {leaked}"
     assert_outcome(run, case)
     if case.control:  # a real gain, in the range the honest change gives (review: above 2x)
