@@ -8,7 +8,7 @@
 #                      workers (its cases wait more than they compute: see
 #                      tests/adversarial/README.md). PYTEST_ARGS go to both.
 #   make demo          the main job: the loop on examples/tiny-tts
-#                      (NEIGHBOUR=1: with a background process using 1/4 of a core)
+#                      (NEIGHBOUR=1: with a background process keeping one core 50% busy)
 #   make bench         the benchmark tables (verifier quality, harness
 #                      overhead, webhook load, kernels)
 #   make agents        the pinned agents venvs (mini-swe-agent, aider) that
