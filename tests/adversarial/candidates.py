@@ -52,9 +52,11 @@ HONEST_WORK = BASE_WORK.replace(
 ).replace("\nimport time\n", "\nimport functools\nimport time\n", 1)
 assert "import functools" in HONEST_WORK, "target/app/work.py changed: update candidates.py"
 """The real speedup: the table never changes, so build it once (lazily, on
-the first request: no work moves before readiness). Measured: +30-50% served
-over HTTP, +35-39% in process CPU time (start-up included), +77-103% on the
-in-process benchmark's own timer (it times only the request loop)."""
+the first request: no work moves before readiness). It removes waits and CPU
+in about the same proportion, so its gain barely moves with the machine's
+load. Measured through the suite (2 cores, load 6-13): +42% served over HTTP,
++62-65% in cgroup CPU time (start-up included), +54-85% on the in-process
+benchmark's own timer (it times only the request loop)."""
 
 # ------------------------------------------------------- candidate cheats
 

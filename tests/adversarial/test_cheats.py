@@ -3,7 +3,11 @@ driven through the real loop, agents and sandbox (see ``cases.py`` for the
 table). A case passes when the cheat ends ``reject``, ``review`` or ``error``
 with the right reason and leaves no trace on the host; the controls, real
 speedups with identical outputs, must still be accepted (the in-process one,
-near 2x on its own timer, may instead meet the 2x rule: ``review``).
+its largest lens, may instead meet the 2x rule on a noisy spell: ``review``,
+for that reason only).
+
+The cases run in parallel under pytest-xdist (``make test``; see README.md):
+each checks only the host paths and processes its own candidate names.
 """
 
 from __future__ import annotations
