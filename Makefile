@@ -6,7 +6,8 @@
 #                      every directory but tests/adversarial one test at a
 #                      time, then tests/adversarial with ADV_WORKERS pytest-xdist
 #                      workers (its cases wait more than they compute: see
-#                      tests/adversarial/README.md). PYTEST_ARGS go to both.
+#                      tests/adversarial/README.md). PYTEST_ARGS go to both
+#                      halves (for one file or -k, run .venv/bin/python -m pytest).
 #   make demo          the main job: the loop on examples/tiny-tts
 #                      (NEIGHBOUR=1: with a background process keeping one core 50% busy)
 #   make bench         the benchmark tables (verifier quality, harness
