@@ -468,7 +468,7 @@ def print_summary(res: DemoResult, verdict, console) -> None:
         console.print(f"reports: {res.report_md} and {res.report_html}", highlight=False)
 
 
-NEIGHBOUR_SHARE = 0.25  # of one core: a light background job, as on a shared runner
+NEIGHBOUR_SHARE = 0.5  # of one core: a busy laptop (a build, a browser), as on a shared runner
 _NEIGHBOUR = """
 import time
 busy, period = {share} * {period}, {period}
@@ -513,7 +513,7 @@ def demo(
     resume: bool = typer.Option(False, "--resume", help="Continue a killed demo from its saved state."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when a target of the demo is missed."),
     neighbour: bool = typer.Option(False, "--neighbour",
-                                   help="Run a background process using a quarter of one core meanwhile."),
+                                   help="Run a background process keeping one core half busy meanwhile."),
 ) -> None:
     """Run the self-improvement loop on examples/tiny-tts and write rsi-demo/report.{md,html}."""
     load = neighbour_load() if neighbour else contextlib.nullcontext()

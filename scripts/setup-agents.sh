@@ -28,11 +28,14 @@ if [ ! -x "$PROJECT_PY" ]; then
 fi
 # the base interpreter behind the project's venv (what the sandbox mounts)
 BASE_PY="$("$PROJECT_PY" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')"
+BASE_VERSION="$("$BASE_PY" -c 'import sys; print(sys.version.split()[0])')"
 
 install_one() {  # name spec executable
   local dir="$AGENTS_VENV/$1" spec="$2" exe="$3"
   local constraints="scripts/agents-constraints/$1.txt"
-  local stamp="$spec $(sha256sum "$constraints" | cut -c1-16)"
+  # the pin, its constraints and the base Python it was made with (a venv
+  # outlives the clone in .ci/run's cache: a new interpreter must rebuild it)
+  local stamp="$spec $(sha256sum "$constraints" | cut -c1-16) $BASE_PY $BASE_VERSION"
   if [ -f "$dir/.rsi-installed" ] && [ "$(cat "$dir/.rsi-installed")" = "$stamp" ] && [ -x "$dir/bin/$exe" ]; then
     echo "setup-agents: $spec already in $dir"
     return

@@ -4,13 +4,19 @@ Every docker case runs the real loop (``harness.loop.run_task``) on a target
 repo made by :func:`targetrepo.make_target_repo`, with the real agents
 (``replay`` for patch cheats, ``command`` for agent-side cheats) and the
 default verification backend (``harness.verification.make_backend("sandbox")``).
-The one shortcut: B0 is calibrated once per target mode and the calibration
-reused by the later cases of that mode (:class:`RetriedCalibration`); every
-verification itself is measured afresh.
+B0 is calibrated at the start of every case, as every task does
+(:class:`RetriedCalibration`); every verification is measured afresh.
+
+The cases run in parallel (``pytest -n 3``, pytest-xdist; ``make test`` does
+it): the target's wall time is mostly waits, which do not stretch with CPU
+contention, ``cpu_s`` is CPU time, and every case owns its repo, state dir
+and containers. Each row of the table travels to the controller in the
+test report's ``user_properties`` (key :data:`ROW_KEY`).
 
 At the end of a session that ran any case, the table ``case | what it tries |
 decision | reason | result`` is printed and written to
-``tests/adversarial/RESULTS.md`` (not committed automatically).
+``tests/adversarial/RESULTS.md`` (not committed automatically; by the xdist
+controller only, never by a worker).
 """
 
 from __future__ import annotations
@@ -30,6 +36,18 @@ from .targetrepo import HIDDEN_SEED, HIDDEN_SEED_ENV, make_target_repo
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 ROWS: dict[str, dict[str, str]] = {}
 """nodeid -> row of the table (filled by the tests, outcome by the hook)."""
+ROW_KEY = "adversarial_row"
+"""The key of a case's row in its test report's ``user_properties``."""
+
+
+def _is_xdist_worker() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def record_row(request, row: dict[str, str]) -> None:
+    """Keep a case's row here and in its report (what an xdist controller sees)."""
+    ROWS[request.node.nodeid] = row
+    request.node.user_properties.append((ROW_KEY, row))
 
 
 class RetriedCalibration:
@@ -148,29 +166,34 @@ def run_case(adversarial, tmp_path: Path, request):
             res = run_task(repo, spec, state_dir=tmp_path / "state", agent=agent, rounds=1, keep="propose",
                            verifier=backend, on_event=events.append)
         except Exception as exc:
-            ROWS[request.node.nodeid] = {
+            record_row(request, {
                 "case": case.name, "tries": case.tries, "decision": "(loop raised)",
                 "reason": f"{type(exc).__name__}: {exc}", "seconds": f"{time.monotonic() - t0:.0f}", "result": "?",
-            }
+            })
             raise
         out = CaseRun(case, repo, tmp_path / "state", res, events, time.monotonic() - t0)
-        ROWS[request.node.nodeid] = {
+        record_row(request, {
             "case": case.name,
             "tries": case.tries,
             "decision": out.decision,
             "reason": out.reason,
             "seconds": f"{out.seconds:.0f}",
             "result": "?",
-        }
+        })
         return out
 
     return run
 
 
 def pytest_runtest_logreport(report):
-    row = ROWS.get(report.nodeid)
-    if row is None or report.when == "setup":
+    if report.when == "setup" or _is_xdist_worker():
         return
+    row = ROWS.get(report.nodeid)
+    if row is None:  # run by an xdist worker: the row came in the report
+        row = next((dict(v) for k, v in report.user_properties if k == ROW_KEY), None)
+        if row is None:
+            return
+        ROWS[report.nodeid] = row
     if report.when == "call" or report.failed:
         row["result"] = "pass" if report.passed else "FAIL"
         write_results()  # after every case: a long run can be watched, a cut one still leaves its table
@@ -201,7 +224,7 @@ def write_results() -> None:
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not ROWS:
+    if not ROWS or _is_xdist_worker():
         return
     terminalreporter.section("adversarial suite")
     for line in table():

@@ -19,8 +19,8 @@ Settings are minimal so that one verification takes well under a minute:
 no warm-up, 4 pairs first (a clear reject stops there), up to 20 (so that
 calibration on a busy 2-core machine, per-pair spread up to ~20%, does not
 refuse the task), 8 calibration pairs, and ``min_gain = 0.30``: the honest
-speedup is ~1.4-1.5x end to end (near 2x on the in-process benchmark's own
-timer), and every cheat, had it worked, would show ~1.6x. The suite
+speedup is ~1.4-1.85x on every lens (its own timer, served, ``cpu_s``), and
+every cheat, had it worked, would show ~1.6x. The suite
 tests the trust boundary, not the precision of guards: the benchmarks report
 no latency series (no p99 guard on 24 requests), and explicit loose guards
 replace the tight

@@ -3,7 +3,11 @@ driven through the real loop, agents and sandbox (see ``cases.py`` for the
 table). A case passes when the cheat ends ``reject``, ``review`` or ``error``
 with the right reason and leaves no trace on the host; the controls, real
 speedups with identical outputs, must still be accepted (the in-process one,
-near 2x on its own timer, may instead meet the 2x rule: ``review``).
+its largest lens, may instead meet the 2x rule on a noisy spell: ``review``,
+for that reason only).
+
+The cases run in parallel under pytest-xdist (``make test``; see README.md):
+each checks only the host paths and processes its own candidate names.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from . import candidates
 from .cases import BY_NAME, CASES, Case
 from .targetrepo import git, make_patch
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# a serving case on a 2-core machine that other jobs load to ~12 took 563 s (three
+# containers a run, 8 pairs): twice the suite's default timeout keeps it a verdict
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPLAY = [c for c in CASES if c.agent == "replay"]
 
@@ -75,20 +81,26 @@ def test_patch_candidate(case: Case, run_case, tmp_path: Path, adversarial):
     from harness.agents import ReplayAgent
 
     repo, _ = adversarial(case.mode)
-    patch = make_patch(repo, tmp_path / f"{case.name}.patch", case.tries, candidates.patch_edits(case.name))
-    for p in HOST_CACHE_PATHS:
+    edits = candidates.patch_edits(case.name)
+    patch = make_patch(repo, tmp_path / f"{case.name}.patch", case.tries, edits)
+    # the host paths and processes this candidate's code names: checked for this
+    # case only, so that cases running in parallel (xdist) never see each other's
+    text = "\n".join(edits.values())
+    cache_paths = [p for p in HOST_CACHE_PATHS if p.name in text]
+    spawns_hogs = candidates.HOG_TOKEN in text
+    for p in cache_paths:
         p.unlink(missing_ok=True)
     try:
         run = run_case(case, ReplayAgent([patch]))
     finally:
-        hogs = hog_processes()
+        hogs = hog_processes() if spawns_hogs else []
         for p in hogs:  # ours (the test started them through the candidate): end each by its pid
             try:
                 p.kill()
             except psutil.Error:
                 pass
     assert not hogs, f"{len(hogs)} process(es) of the candidate outlived its verification"
-    leaked = [str(p) for p in HOST_CACHE_PATHS if p.exists()]
+    leaked = [str(p) for p in cache_paths if p.exists()]
     assert not leaked, f"the candidate wrote on the host: {leaked}"
     assert_outcome(run, case)
     if case.control:  # a real gain, in the range the honest change gives (review: above 2x)

@@ -37,8 +37,11 @@ class FakeVerifier:
     name = "fake"
 
     def calibrate(self, ref, spec, *, progress=None):
-        CALLS.append(("calibrate", str(ref), ""))
-        noisy = os.environ.get("RSI_FAKE_NOISY") == "1"
+        pairs = spec.verify.verifier.calibration_pairs
+        CALLS.append(("calibrate", str(ref), f"pairs={pairs}"))
+        # RSI_FAKE_NOISY=1: always too noisy; =<n>: too noisy with fewer than n A/A pairs
+        flag = os.environ.get("RSI_FAKE_NOISY", "")
+        noisy = flag == "1" or (flag.isdigit() and int(flag) > 1 and pairs < int(flag))
         sd = 0.2 if noisy else 0.005
         cal = Calibration.from_log_ratios([sd, -sd, sd / 2], max_pairs=8, benchmark="speed", metric="throughput")
         return cal

@@ -119,6 +119,27 @@ def test_refuses_a_task_too_noisy_for_min_gain(repo: Path, tmp_path: Path, monke
     assert Ledger(repo).records() == []
 
 
+def test_a_noisy_calibration_is_measured_once_more_with_twice_the_pairs(repo: Path, tmp_path: Path, monkeypatch):
+    spec = load_task(repo, None, "t")
+    pairs = spec.verify.verifier.calibration_pairs
+    # too noisy with the configured pairs, fine with twice as many: the task goes on
+    monkeypatch.setenv("RSI_FAKE_NOISY", str(2 * pairs))
+    fakes.CALLS.clear()
+    events: list = []
+    res = run(repo, tmp_path, events=events)
+    assert res.status != "refused" and res.candidates, res.reason
+    cals = [c[2] for c in fakes.CALLS if c[0] == "calibrate"]
+    assert cals[:2] == [f"pairs={pairs}", f"pairs={2 * pairs}"]
+    assert any("measuring it again with" in e.message for e in events if e.kind == "progress")
+    assert load_state(tmp_path / "state").calibration.per_pair_sd < 0.05  # the second calibration stands
+    # still too noisy: refused after that one retry, never a third
+    monkeypatch.setenv("RSI_FAKE_NOISY", "1")
+    fakes.CALLS.clear()
+    res = run(repo, tmp_path, task="t2", state="state2")
+    assert res.status == "refused" and "too noisy" in res.reason
+    assert [c[2] for c in fakes.CALLS if c[0] == "calibrate"] == [f"pairs={pairs}", f"pairs={2 * pairs}"]
+
+
 def test_should_stop(repo: Path, tmp_path: Path):
     calls = iter([False, True])
     res = run(repo, tmp_path, should_stop=lambda: next(calls))
