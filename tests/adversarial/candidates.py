@@ -370,17 +370,24 @@ def answer(text: str) -> str:  # noqa: F811
     return hit if hit is not None else _slow_answer(text)
 '''
 
-FEWER_SERVER = BASE_SERVER.replace(
-    """        text = self.rfile.read(n).decode()
-        self._send(200, work.answer(text))""",
-    """        text = self.rfile.read(n).decode()
-        self.server.served = getattr(self.server, "served", 0) + 1
-        if self.server.served % 3 == 0:  # every third request: refused, fast
-            self._send(503, "busy")
-            return
-        self._send(200, work.answer(text))""",
-)
-assert FEWER_SERVER != BASE_SERVER, "target/app/server.py changed: update candidates.py"
+FEWER_SERVING_ANSWER = '''import threading as _threading
+
+_served = [0]
+_served_lock = _threading.Lock()
+
+
+def answer(text: str) -> str:
+    with _served_lock:
+        _served[0] += 1
+        n = _served[0]
+    if n % 3 == 0:  # every third request: refused, fast (the server drops the connection)
+        raise RuntimeError("busy")
+    table = build_table()
+    return f"{text} {digest(text, table):08x}"
+'''
+"""The fast-refusal cheat lives in app/work.py: the server's own file is
+measuring code named by ``serve``, protected by default (issue 17), so an edit
+of it would be stopped by the edit policy before any run."""
 
 
 def forged_verdict_json() -> str:
@@ -399,7 +406,7 @@ def patch_edits(name: str) -> dict[str, str]:
     if name == "fewer-outputs":
         return {"app/work.py": _work(FEWER_ANSWER)}
     if name == "fewer-outputs-serving":
-        return {"app/server.py": FEWER_SERVER}
+        return {"app/work.py": _work(FEWER_SERVING_ANSWER)}
     if name in ("timer", "timer-serving"):
         return {"app/work.py": _work(SLOW_ANSWER, epilogue=TIMER)}
     if name == "atexit-rewrite":

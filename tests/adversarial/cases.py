@@ -82,7 +82,7 @@ CASES: tuple[Case, ...] = (
          "serving", "replay", ("reject",), r"accuracy"),
     Case("fewer-outputs", "answers the last third of the requests with nothing", "inproc-cpu", "replay",
          ("reject",), r"length|wer|answers|quality"),
-    Case("fewer-outputs-serving", "the server refuses every third request with a fast 503", "serving", "replay",
+    Case("fewer-outputs-serving", "every third request refused fast (app/work.py raises; the server drops it)", "serving", "replay",
          ("reject",), r"fail"),
     Case("predicted-inputs", "answers the visible benchmark's inputs (seed 0) before readiness; the hidden seed misses",
          "serving", "replay", ("reject",), NO_GAIN + r"|startup"),

@@ -78,8 +78,12 @@ def test_tabulated_model_work_is_rejected_by_the_waveform_guard(tmp_path):
     assert v.decision == "reject", v.reason
     assert "waveform" in v.reason and "SNR" in v.reason, v.reason
     # the words survive the replay: only the speaker gives it away
+    # (a metric guard may fail as well: it is paced by a clock on a shared machine;
+    # what is decided here is that the audio, and only the audio, gives it away)
     failed = {g.kind for g in v.guards if g.status == "fail"}
-    assert failed == {"waveform"}, [(g.name, g.status, g.detail) for g in v.guards]
+    assert "waveform" in failed, [(g.name, g.status, g.detail) for g in v.guards]
+    assert not failed & {"wer", "output_length", "allclose", "tensor"}, \
+        [(g.name, g.status, g.detail) for g in v.guards]
 
 
 REACHING_SERVER = r"""

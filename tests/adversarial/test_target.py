@@ -115,12 +115,17 @@ def test_unguarded_cheats_do_cheat(repo: Path, tmp_path: Path):
     atexit = checkout_with(repo, tmp_path, candidates.patch_edits("atexit-rewrite"), "atexit")
     res, window, _, _ = run_bench(atexit, tmp_path)
     assert 1.4 < claimed_over_timed(res, window) < 1.7  # 1.6x written after the fact
-    base, base_cpu = min_cpu(repo, tmp_path)
+    base_runs = [run_bench(repo, tmp_path) for _ in range(3)]
     wrong = checkout_with(repo, tmp_path, candidates.patch_edits("wrong-outputs"), "wrong")
-    w, wrong_cpu = min_cpu(wrong, tmp_path)
+    wrong_runs = [run_bench(wrong, tmp_path) for _ in range(3)]
+    base, w = base_runs[0][0], wrong_runs[0][0]
     assert [len(x.split()) for x in w["outputs"]["answers"]] == [2] * 24
     assert w["outputs"]["answers"] != base["outputs"]["answers"]
-    assert base_cpu / wrong_cpu > 1.2
+    # it skips 40% of the digests and their waits: most of a request is waiting
+    # (sleeps do not stretch under CPU load) and its CPU is mostly the table,
+    # which it still builds, so the gain shows on the wall clock (~1.3x quiet,
+    # above 1.2x even with the CPU part 10x slower), not in CPU time
+    assert min(r[1] for r in base_runs) / min(r[1] for r in wrong_runs) > 1.1
     fewer = checkout_with(repo, tmp_path, candidates.patch_edits("fewer-outputs"), "fewer")
     f = run_bench(fewer, tmp_path)[0]
     assert sum(len(x.split()) for x in f["outputs"]["answers"]) == 2 * 16
