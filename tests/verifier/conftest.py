@@ -118,7 +118,7 @@ def target_repo(tmp_path_factory) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
     for branch, change in [
-        ("fast", lambda: (repo / "work.txt").write_text(str(int(BASE_WORK * 0.6)))),
+        ("fast", lambda: (repo / "work.txt").write_text(str(int(BASE_WORK * 0.75)))),
         ("slow", lambda: (repo / "work.txt").write_text(str(int(BASE_WORK * 1.6)))),
         ("same", lambda: (repo / "README").write_text("docs only\n")),
         (
