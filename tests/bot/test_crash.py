@@ -32,25 +32,11 @@ import pytest
 from bot.store import Store
 from tests.bot._support import free_port, wait_until
 from tests.bot.fakeharness import target_tree
+from tests.bot.test_actions import CALLER  # the target repo's job workflow, as in the actions tests
 
 pytestmark = pytest.mark.slow
 
 SECRET = "crash-test-webhook-secret"
-CALLER = """\
-name: rsi-job
-run-name: rsi-job ${{ fromJSON(inputs.job).nonce }}
-on:
-  workflow_dispatch:
-    inputs:
-      job: {required: true, type: string}
-      runner_labels: {required: true, type: string}
-jobs:
-  rsi:
-    uses: rsi-bot/rsi-bot/.github/workflows/rsi-job.yml@v1
-    with:
-      job: ${{ inputs.job }}
-      runner_labels: ${{ inputs.runner_labels }}
-"""
 BOT = "rsi-bot[bot]"
 
 
