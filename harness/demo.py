@@ -171,7 +171,7 @@ def docker_available() -> str | None:
     """None when Docker and the base image are usable, else the reason not."""
     try:
         from harness.sandbox import docker_client
-        from harness.spec import DEFAULT_IMAGE
+        from harness.sections import DEFAULT_IMAGE
 
         client = docker_client()
         client.ping()

@@ -32,15 +32,17 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from harness.containers import docker_client
+from harness.sections import check_hosts as check_hosts  # where the profile checks its hosts
 
 EGRESS_IMAGE = os.environ.get("RSI_EGRESS_IMAGE", "rsi-bot/egress:bookworm")
 PROXY_PORT = 8888
 PROXY_ALIAS = "rsi-egress"
 LABEL = "rsi-bot.egress"
-_HOST_RX = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 class EgressError(RuntimeError):
@@ -90,21 +92,6 @@ class EgressInfo:
             env[k] = self.proxy_url
         env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1"
         return env
-
-
-def check_hosts(hosts: Iterable[str]) -> list[str]:
-    """The allowed hosts, lower-cased; ``ValueError`` naming a bad one. A host is a
-    DNS name (``api.example.com``) or a wildcard over its subdomains
-    (``*.example.com``); no IP addresses, ports, schemes or paths."""
-    out = []
-    for h in hosts:
-        name = str(h).strip().lower().rstrip(".")
-        if not _HOST_RX.fullmatch(name) or re.fullmatch(r"[0-9.]+", name) or "." not in name:
-            raise ValueError(
-                f"allowed host {h!r}: write a DNS name such as 'api.openai.com' or "
-                "'*.example.com' (no scheme, port, path or IP address)")
-        out.append(name)
-    return out
 
 
 def host_pattern(host: str) -> str:
@@ -161,8 +148,6 @@ class Egress:
 
     def _start(self) -> EgressInfo:
         if self.client is None:
-            from harness.sandbox import docker_client
-
             self.client = docker_client()
         tag = uuid.uuid4().hex[:12]
         if not self.hosts:

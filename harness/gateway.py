@@ -353,16 +353,16 @@ class Gateway:
         self.close()
 
     def _start(self) -> GatewayInfo:
-        from harness import sandbox
+        from harness import containers
         from harness.agents.hostlibs import lib_mounts
 
         src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        volumes = {m.source: {"bind": m.target, "mode": "ro"} for m in sandbox.python_mounts()}
+        volumes = {m.source: {"bind": m.target, "mode": "ro"} for m in containers.python_mounts()}
         libs, lib_env = lib_mounts()  # httpx imports ssl; the base image has no libssl
         for s, d in libs:
             volumes[s] = {"bind": d, "mode": "ro"}
         self.container = self.client.containers.create(
-            self.image, [sandbox.python_executable(), "-m", "harness.gateway"],
+            self.image, [containers.python_executable(), "-m", "harness.gateway"],
             name=f"rsi-gateway-{uuid.uuid4().hex[:12]}", user="65534:65534", cap_drop=["ALL"],
             security_opt=["no-new-privileges"], read_only=True, tmpfs={"/tmp": "rw,size=16m"},
             working_dir="/tmp", mem_limit=256 * 1024**2, memswap_limit=256 * 1024**2, pids_limit=64,

@@ -52,6 +52,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.policy import EditPolicy
+from harness.sections import AgentSettings
 from verifier.config import (
     MEASURED,
     PERCENTILES,
@@ -144,8 +145,6 @@ def _verifier_defaults() -> dict[str, Any]:
 
 
 def _agent_defaults() -> dict[str, Any]:
-    from harness.spec import AgentSettings  # harness.spec imports this module
-
     return _defaults(AgentSettings)
 
 

@@ -35,21 +35,24 @@ import glob
 import logging
 import os
 import re
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness.containers import Mount as Mount
+from harness.containers import docker_client as docker_client
+from harness.containers import python_executable as python_executable
+from harness.containers import python_mounts as python_mounts
+from harness.containers import sandbox_path as sandbox_path
 from harness.egress import Egress, EgressInfo
 from harness.gateway import ALIAS as GATEWAY_ALIAS
 from harness.gateway import Gateway, GatewayRoute, upstream_host
 from harness.leaks import redact as _redact
-from harness.spec import RunnerProfile
+from harness.sections import RunnerProfile
 
 SANDBOX_UID = "1000:1000"
 NPU_CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
@@ -64,12 +67,6 @@ LINE_CAP = 64 * 1024
 """A streamed line longer than this is delivered in pieces (never held whole)."""
 
 log = logging.getLogger(__name__)
-
-
-class Mount(BaseModel):
-    source: str
-    target: str
-    read_only: bool = True
 
 
 class SandboxJob(BaseModel):
@@ -104,34 +101,6 @@ class SandboxResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.error is None and not self.timed_out and self.exit_code == 0
-
-
-def python_mounts() -> list[Mount]:
-    """Read-only mounts that give the container this host's Python and venv at
-    the same paths (the base image has no Python of its own)."""
-    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
-    src = Path(__file__).resolve().parents[1]
-    if not any(src.is_relative_to(p) for p in paths):
-        paths.append(src)
-    out: list[Mount] = []
-    for p in paths:
-        if p.exists() and not any(p.is_relative_to(Path(m.source)) for m in out):
-            out.append(Mount(source=str(p), target=str(p), read_only=True))
-    return out
-
-
-def python_executable() -> str:
-    return sys.executable
-
-
-def sandbox_path() -> str:
-    return ":".join(
-        [
-            str(Path(sys.prefix) / "bin"),
-            str(Path(sys.base_prefix) / "bin"),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ]
-    )
 
 
 def parse_memory(text: str) -> int:
@@ -228,18 +197,6 @@ def _network(kw: dict[str, Any], job: SandboxJob, egress: EgressInfo | None) -> 
                          "egress proxy: name the hosts in the runner profile's allowed_hosts")
     kw["network"] = egress.network
     kw["environment"].update(egress.environment())
-
-
-_CLIENT = None
-
-
-def docker_client():
-    global _CLIENT
-    if _CLIENT is None:
-        import docker
-
-        _CLIENT = docker.from_env(timeout=120)
-    return _CLIENT
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -57,7 +57,7 @@ _INTERNAL = {"BenchmarkConfig": ("name",), "Guard": ("default",), "EditPolicy": 
 
 def _repo_config_model() -> type[BaseModel]:
     from harness.policy import EditPolicy
-    from harness.spec import AgentSettings, Knob, RunnerSettings
+    from harness.sections import AgentSettings, Knob, RunnerSettings
     from verifier.config import (
         BenchmarkConfig,
         Guard,

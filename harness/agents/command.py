@@ -58,7 +58,7 @@ from harness.agents.usage import read_usage
 from harness.gateway import GatewayRoute
 from harness.leaks import SECRET_NAME, host_secrets
 from harness.ledger import Usage
-from harness.spec import RunnerProfile
+from harness.sections import RunnerProfile
 from harness.workspace import hand_to_sandbox
 
 IO_DIR = "/rsi"

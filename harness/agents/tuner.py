@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.agents.base import AgentContext, AgentOutcome
 from harness.ledger import LedgerRecord
-from harness.spec import Knob
+from harness.sections import Knob
 
 
 class KnobError(ValueError):
