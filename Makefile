@@ -1,6 +1,8 @@
 # rsi-bot: set-up and entry points. Every target does its own set-up and is
 # idempotent: on a fresh machine `make test` and `make demo` just work.
 #
+#   make typecheck     mypy over bot/ harness/ verifier/ kernels/ ([tool.mypy] in
+#                      pyproject.toml; strict on the seams); `make test` runs it first
 #   make test          the whole test suite (Docker tests need the engine:
 #                      run scripts/setup-docker.sh, or .ci/run which does it):
 #                      every directory but tests/adversarial one test at a
@@ -29,7 +31,7 @@ STAMP       := $(VENV)/.rsi-installed
 PYTEST_ARGS ?=
 ADV_WORKERS ?= 3
 
-.PHONY: venv test demo bench docker-image agents task-md-example lint clean dist
+.PHONY: venv typecheck test demo bench docker-image agents task-md-example lint clean dist
 
 venv: $(STAMP)
 
@@ -57,7 +59,11 @@ task-md-example: venv
 	$(PY) -m harness.agents.taskmd examples/tiny-tts --out docs/task-md-example.md
 
 # exit status 5 (no test collected: PYTEST_ARGS selected none in that half) is not a failure
-test: venv
+# the type checker first: a type error fails in seconds, before the long suite
+typecheck: venv
+	$(PY) -m mypy
+
+test: venv typecheck
 	$(PY) -m pytest $(PYTEST_ARGS) --ignore=tests/adversarial || [ $$? -eq 5 ]
 	$(PY) -m pytest $(PYTEST_ARGS) -n $(ADV_WORKERS) --dist loadgroup tests/adversarial || [ $$? -eq 5 ]
 
