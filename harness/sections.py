@@ -5,7 +5,9 @@ own below ``spec``, ``merge``, ``sandbox`` and ``egress`` so that all of them
 can import them without going round in a circle (``spec`` builds a task with
 ``merge``; ``merge`` needs ``AgentSettings``' defaults; ``sandbox`` runs a
 ``RunnerProfile``; a profile checks its hosts with :func:`check_hosts`, which
-``egress`` uses too). It imports nothing of ours but the agent kinds' names.
+``egress`` uses too). Each agent kind's config model is here too
+(:data:`AGENT_CONFIGS`): an unknown kind, or a kind without what it needs, is
+an error when the config is read. It imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_IMAGE = "rsi-bot/base:bookworm"
-AGENT_KINDS = ("tuner", "replay", "command", "claude-code", "codex", "aider", "mini-swe-agent")
 _HOST_RX = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -67,6 +68,74 @@ class Knob(_Model):
         return self
 
 
+class TunerConfig(BaseModel):
+    """``tuner``: nothing of its own in ``[agent]`` (it tunes the task's ``knobs``)."""
+
+
+class ReplayConfig(BaseModel):
+    """``replay``: the patch files it applies, one per round."""
+
+    patches: list[str] = Field(default_factory=list)
+
+
+class CommandConfig(BaseModel):
+    """``command``: an external agent CLI run from ``command``, a template."""
+
+    command: str | None = None
+    model: str | None = None
+    env: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_command(self) -> CommandConfig:
+        if not (self.command or "").strip():
+            raise ValueError("kind 'command' needs 'command' (a command template, e.g. "
+                             "command = \"my-agent --task {task_file}\")")
+        return self
+
+
+class PresetConfig(BaseModel):
+    """A preset agent CLI (``claude-code``, ``codex``, ``aider``,
+    ``mini-swe-agent``): its command is the preset's unless ``command`` is set."""
+
+    command: str | None = None
+    model: str | None = None
+    env: list[str] = Field(default_factory=list)
+
+
+AGENT_CONFIGS: dict[str, type[BaseModel]] = {
+    "tuner": TunerConfig,
+    "replay": ReplayConfig,
+    "command": CommandConfig,
+    "claude-code": PresetConfig,
+    "codex": PresetConfig,
+    "aider": PresetConfig,
+    "mini-swe-agent": PresetConfig,
+}
+"""Each agent kind's config model: what its ``[agent]`` fields must satisfy,
+checked when the config is read (:meth:`AgentSettings._kind_settings`). The
+factories are :data:`harness.agents.registry.AGENTS`, keyed the same (checked
+when that module is imported)."""
+AGENT_KINDS = tuple(AGENT_CONFIGS)
+
+
+def check_agent_kind(kind: str) -> str:
+    """``kind`` when it is a known agent kind; ``ValueError`` listing the known ones."""
+    if kind not in AGENT_CONFIGS:
+        raise ValueError(f"unknown agent kind '{kind}'; known: {', '.join(AGENT_KINDS)}")
+    return kind
+
+
+def check_agent_settings(settings: AgentSettings) -> BaseModel:
+    """``settings`` read by its kind's config model (:data:`AGENT_CONFIGS`);
+    ``ValueError`` saying what the kind needs."""
+    model = AGENT_CONFIGS[check_agent_kind(settings.kind)]
+    try:
+        return model.model_validate(settings.model_dump(include=set(model.model_fields)))
+    except ValidationError as exc:
+        raise ValueError("; ".join(str(e["msg"]).removeprefix("Value error, ")
+                                   for e in exc.errors())) from None
+
+
 class AgentSettings(_Model):
     kind: str = "tuner"
     """tuner | replay | command | claude-code | codex | aider | mini-swe-agent."""
@@ -107,9 +176,12 @@ class AgentSettings(_Model):
     @field_validator("kind")
     @classmethod
     def _kind(cls, v: str) -> str:
-        if v not in AGENT_KINDS:
-            raise ValueError(f"unknown agent kind '{v}'; known: {', '.join(AGENT_KINDS)}")
-        return v
+        return check_agent_kind(v)
+
+    @model_validator(mode="after")
+    def _kind_settings(self) -> AgentSettings:
+        check_agent_settings(self)
+        return self
 
 
 class RunnerProfile(_Model):

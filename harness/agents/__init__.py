@@ -6,20 +6,29 @@
   their token usage read by ``usage.py``);
 * ``tuner``: single-variable coordinate descent over the declared knobs;
 * ``replay``: given patch files, one per round.
+
+Each kind is one entry of the registry :data:`AGENTS` (``registry.py``): its
+config model (``harness.sections.AGENT_CONFIGS``, checked when the config is
+read: an unknown kind is an error there, listing the known ones) and its
+factory (:func:`make_agent`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.agents import registry
 from harness.agents.base import Agent, AgentContext, AgentOutcome
 from harness.agents.command import PRESETS, CommandAgent
+from harness.agents.registry import AGENTS, AgentKind
 from harness.agents.replay import ReplayAgent
 from harness.agents.tuner import TunerAgent
 from harness.spec import TaskSpec
 
 __all__ = [
+    "AGENTS",
     "PRESETS",
+    "AgentKind",
     "Agent",
     "AgentContext",
     "AgentOutcome",
@@ -31,23 +40,7 @@ __all__ = [
 
 
 def make_agent(spec: TaskSpec, kind: str | None = None, *, patches: list[Path | str] | None = None, repo: Path | None = None) -> Agent:
-    """The agent a task asks for (``kind`` overrides ``[agent] kind``).
-    Replay patch paths are relative to ``repo`` unless absolute."""
-    kind = kind or spec.agent.kind
-    if kind == "tuner":
-        return TunerAgent()
-    if kind == "replay":
-        paths = [Path(p) for p in (patches if patches is not None else spec.agent.patches)]
-        if repo is not None:
-            paths = [p if p.is_absolute() else Path(repo) / p for p in paths]
-        return ReplayAgent(paths)
-    if kind == "command":
-        if not spec.agent.command:
-            raise ValueError("[agent] kind 'command' needs 'command' (a command template)")
-        return CommandAgent(template=spec.agent.command, env_names=tuple(spec.agent.env), model=spec.agent.model)
-    if kind in PRESETS:
-        agent = CommandAgent.preset(kind, env_names=tuple(spec.agent.env), model=spec.agent.model)
-        if spec.agent.command:
-            agent.template = spec.agent.command
-        return agent
-    raise ValueError(f"unknown agent kind '{kind}'; known: tuner, replay, command, {', '.join(PRESETS)}")
+    """The agent a task asks for (``kind`` overrides ``[agent] kind``), from the
+    registry (:data:`harness.agents.registry.AGENTS`). Replay patch paths are
+    relative to ``repo`` unless absolute."""
+    return registry.make_agent(spec.agent, kind, patches=patches, repo=repo)

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents import AgentContext, CommandAgent, ReplayAgent, TunerAgent, make_agent
+from harness.agents import AGENTS, AgentContext, CommandAgent, ReplayAgent, TunerAgent, make_agent
 from harness.agents.command import PRESETS, render_command
 from harness.agents.taskmd import write_task_md
 from harness.agents.tuner import read_knob, write_knob
 from harness.ledger import LedgerRecord
 from harness.sandbox import Mount
-from harness.spec import Knob, build_task, load_task
+from harness.sections import AGENT_CONFIGS, AGENT_KINDS
+from harness.spec import Knob, SpecError, build_task, load_task
 from harness.workspace import Workspace
 
 from .target import CONFIG, FASTER_SETTINGS, make_patch, make_target
@@ -58,13 +59,13 @@ def test_tuner_one_change_neighbours_first(repo: Path, tmp_path: Path):
 
 def test_tuner_never_retries_what_the_ledger_says_failed(repo: Path, tmp_path: Path):
     ctx = ctx_for(repo, tmp_path, ledger=[knob_rec(1, "18", "reject")])
-    assert TunerAgent().run(ctx).change["value"] == "32"
+    assert (TunerAgent().run(ctx).change or {})["value"] == "32"
     ctx = ctx_for(repo, tmp_path, ledger=[knob_rec(1, "18", "reject"), knob_rec(2, "32", "inconclusive")], name="w2")
     out = TunerAgent().run(ctx)
     assert out.done and out.change is None
     # an infrastructure error allows one retry, not two
     ctx = ctx_for(repo, tmp_path, ledger=[knob_rec(1, "18", "error"), knob_rec(2, "32", "reject")], name="w3")
-    assert TunerAgent().run(ctx).change["value"] == "18"
+    assert (TunerAgent().run(ctx).change or {})["value"] == "18"
     ctx = ctx_for(repo, tmp_path, ledger=[knob_rec(1, "18", "error"), knob_rec(3, "18", "error"),
                                           knob_rec(2, "32", "reject")], name="w4")
     assert TunerAgent().run(ctx).done
@@ -73,7 +74,7 @@ def test_tuner_never_retries_what_the_ledger_says_failed(repo: Path, tmp_path: P
 def test_tuner_context_matters(repo: Path, tmp_path: Path):
     """A value that failed with other knobs elsewhere may be tried again."""
     ctx = ctx_for(repo, tmp_path, ledger=[knob_rec(1, "18", "reject", context='{"threads": "4"}')])
-    assert TunerAgent().run(ctx).change["value"] == "18"
+    assert (TunerAgent().run(ctx).change or {})["value"] == "18"
 
 
 def test_knob_pattern_and_quoting(tmp_path: Path):
@@ -121,6 +122,43 @@ def test_presets_render():
     spec = build_task(cfg, "```toml\n[agent]\nkind = \"claude-code\"\n```", "t")
     agent = make_agent(spec)
     assert isinstance(agent, CommandAgent) and agent.name == "claude-code"
+
+
+# --------------------------------------------------------------- registry
+
+
+def test_every_agent_kind_has_a_config_model_and_a_factory():
+    assert list(AGENTS) == list(AGENT_KINDS) == list(AGENT_CONFIGS)
+    assert set(PRESETS) < set(AGENTS)
+    spec = build_task(CONFIG.replace("{python}", "python"), None, "t")
+    assert isinstance(make_agent(spec, "tuner"), TunerAgent)
+    assert isinstance(make_agent(spec, "replay", patches=["a.patch"], repo=Path("/r")), ReplayAgent)
+    for preset in PRESETS:
+        agent = make_agent(spec, preset)
+        assert isinstance(agent, CommandAgent) and agent.name == preset
+
+
+def test_an_unknown_agent_kind_is_a_config_error_listing_the_known_ones():
+    with pytest.raises(SpecError) as err:
+        build_task(CONFIG.replace("{python}", "python").replace('kind = "tuner"', 'kind = "gpt-9"'), None, "t")
+    assert "unknown agent kind 'gpt-9'; known: tuner, replay, command, claude-code, codex, aider, mini-swe-agent" in str(err.value)
+    spec = build_task(CONFIG.replace("{python}", "python"), None, "t")
+    with pytest.raises(ValueError, match="unknown agent kind 'gpt-9'; known: tuner, replay, command"):
+        make_agent(spec, "gpt-9")
+
+
+def test_a_command_agent_without_its_command_is_a_config_error_not_a_runtime_one():
+    """The kind's config model is checked when the config is read: before, the
+    task was accepted and failed when the loop built the agent."""
+    cfg = CONFIG.replace("{python}", "python").replace('kind = "tuner"', 'kind = "command"')
+    with pytest.raises(SpecError) as err:
+        build_task(cfg, None, "t")
+    assert "[agent]" in str(err.value) and "kind 'command' needs 'command' (a command template" in str(err.value)
+    spec = build_task(cfg.replace('kind = "command"', 'kind = "command"\ncommand = "my-agent {task_file}"'), None, "t")
+    agent = make_agent(spec)
+    assert isinstance(agent, CommandAgent) and agent.template == "my-agent {task_file}"
+    with pytest.raises(ValueError, match="kind 'command' needs 'command'"):
+        make_agent(build_task(CONFIG.replace("{python}", "python"), None, "t"), "command")
 
 
 def stand_in(mode: str, **kw) -> CommandAgent:
