@@ -339,6 +339,7 @@ class PyGithubPort:
             self._app_auth = None
             self._integration = None
         else:
+            assert app_id is not None and private_key  # checked above
             self._app_auth = github.Auth.AppAuth(app_id, private_key)
             try:  # fail fast on a key that cannot sign
                 self._app_auth.create_jwt()
@@ -399,8 +400,10 @@ class PyGithubPort:
             if repo in self._installation_of:
                 return self._installation_of[repo]
         owner, name = _split(repo)
+        integration = self._integration
+        assert integration is not None  # made with the App's auth
         inst = self._call("GET", f"/repos/{repo}/installation",
-                     lambda: self._integration.get_repo_installation(owner, name).id)
+                     lambda: integration.get_repo_installation(owner, name).id)
         with self._lock:
             self._installation_of[repo] = inst
         return inst
@@ -416,6 +419,7 @@ class PyGithubPort:
                 if inst is None:
                     raise GitHubError("a GitHub App port needs a repository (or an installation "
                                       "id) to choose its installation", retryable=False)
+                assert self._app_auth is not None  # only an App port has installations
                 auth = self._app_auth.get_installation_auth(inst)
                 client = github.Github(auth=auth, **self._kwargs)
                 self._auths[inst] = auth
@@ -442,7 +446,9 @@ class PyGithubPort:
             if self._app_auth is None:
                 self._login = self._call("GET", "/user", lambda: self._clients[None].get_user().login)
             else:
-                slug = self._call("GET", "/app", lambda: self._integration.get_app().slug)
+                integration = self._integration
+                assert integration is not None  # made with the App's auth
+                slug = self._call("GET", "/app", lambda: integration.get_app().slug)
                 self._login = f"{slug}[bot]"
         return self._login
 
@@ -685,9 +691,9 @@ class PyGithubPort:
 
     def list_workflow_runs(self, repo: str, workflow_file: str, *,
                            created_since: float | None = None) -> list[WorkflowRunInfo]:
-        from github.GithubObject import NotSet
+        from github.GithubObject import NotSet, Opt
 
-        created = NotSet
+        created: Opt[str] = NotSet
         if created_since is not None:
             created = ">=" + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created_since))
 

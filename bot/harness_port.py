@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from harness.spec import SpecError  # noqa: F401  (re-exported: handlers catch it)
+from harness.spec import SpecError as SpecError  # re-exported: handlers catch it
 
 if TYPE_CHECKING:
     from harness.events import LoopEvent
@@ -40,7 +40,7 @@ class HarnessPort(Protocol):
 
     def repo_files(self, repo: Path, ref: str | None = None) -> set[str]: ...
 
-    def run_task(self, repo: Path, spec: TaskSpec, *, state_dir: Path, keep: str,
+    def run_task(self, repo: Path, spec: TaskSpec, *, state_dir: Path, keep: Literal["advance", "propose"],
                  rounds: int | None, should_stop: Callable[[], bool],
                  on_event: Callable[[LoopEvent], None]) -> TaskResult: ...
 
@@ -61,44 +61,48 @@ class HarnessPort(Protocol):
 class RealHarness:
     """The harness package, called in-process."""
 
-    def build_task(self, config_text, proposal_body, task_id, *, title="", repo_files=None):
+    def build_task(self, config_text: str, proposal_body: str | None, task_id: str, *,
+                   title: str = "", repo_files: set[str] | None = None) -> TaskSpec:
         from harness import spec
 
         return spec.build_task(config_text, proposal_body, task_id, title=title,
                                repo_files=repo_files)
 
-    def load_config(self, repo, ref=None):
+    def load_config(self, repo: Path, ref: str | None = None) -> str:
         from harness import spec
 
         return spec.load_repo_config(repo, ref)
 
-    def repo_files(self, repo, ref=None):
+    def repo_files(self, repo: Path, ref: str | None = None) -> set[str]:
         from harness import spec
 
         return spec.repo_files(repo, ref)
 
-    def run_task(self, repo, spec, *, state_dir, keep, rounds, should_stop, on_event):
+    def run_task(self, repo: Path, spec: TaskSpec, *, state_dir: Path, keep: Literal["advance", "propose"],
+                 rounds: int | None, should_stop: Callable[[], bool],
+                 on_event: Callable[[LoopEvent], None]) -> TaskResult:
         from harness import loop
 
         return loop.run_task(repo, spec, state_dir=state_dir, keep=keep, rounds=rounds,
                              should_stop=should_stop, on_event=on_event)
 
-    def rebaseline(self, repo, spec, ref, *, state_dir, on_event=None):
+    def rebaseline(self, repo: Path, spec: TaskSpec, ref: str, *, state_dir: Path,
+                   on_event: Callable[[LoopEvent], None] | None = None) -> RebaselineResult:
         from harness import loop
 
         return loop.rebaseline(repo, spec, ref, state_dir=state_dir, on_event=on_event)
 
-    def reverify(self, repo, spec, branch, *, state_dir):
+    def reverify(self, repo: Path, spec: TaskSpec, branch: str, *, state_dir: Path) -> Verdict:
         from harness import loop
 
         return loop.reverify(repo, spec, branch, state_dir=state_dir)
 
-    def ledger(self, repo, task_id):
+    def ledger(self, repo: Path, task_id: str) -> list[LedgerRecord]:
         from harness.ledger import Ledger
 
         return Ledger(repo).records(task=task_id)
 
-    def spent(self, state_dir):
+    def spent(self, state_dir: Path) -> tuple[Usage, dict[str, float | int | None]] | None:
         from harness.loop import load_state
 
         try:

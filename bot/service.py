@@ -27,11 +27,14 @@ log = logging.getLogger("rsi.bot")
 
 
 def build_port(settings: Settings) -> GitHubPort:
-    kw = {"base_url": settings.github_api_url, "throttle": settings.github_throttle}
+    base_url, throttle = settings.github_api_url, settings.github_throttle
     if settings.uses_app:
+        assert settings.github_app_id is not None and settings.github_private_key  # cross_problems
         return PyGithubPort.from_app(settings.github_app_id, settings.github_private_key,
-                                     installation_id=settings.github_installation_id, **kw)
-    return PyGithubPort.from_token(settings.github_token, **kw)
+                                     installation_id=settings.github_installation_id,
+                                     base_url=base_url, throttle=throttle)
+    assert settings.github_token  # cross_problems: a token when there is no App
+    return PyGithubPort.from_token(settings.github_token, base_url=base_url, throttle=throttle)
 
 
 def build_context(settings: Settings, *, store: Store | None = None,
@@ -63,15 +66,15 @@ def job_failed(ctx: Context):
         task_id = (job.payload or {}).get("task_id")
         if task_id is None:
             return
-        from bot import render
         from bot.status import refresh_status
+        from harness.text import inert
 
         last = (error.strip().splitlines() or ["unknown error"])[-1][:300]
         if job.kind in (JobKind.RUN_TASK, JobKind.REBASELINE):
             ctx.store.update_task(task_id, state=TaskState.FAILED)
         refresh_status(ctx, task_id, note=(
             f"⚠️ The `{job.kind}` job failed after {job.attempts} attempt(s): "
-            f"{render.inert(last, one_line=True)}. This is "
+            f"{inert(last, one_line=True)}. This is "
             "an infrastructure problem, not a verdict on any change; `/rsi resume` or "
             "`/rsi rerun` tries again."))
 

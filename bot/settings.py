@@ -232,7 +232,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides) -> Settings
     Raises :class:`SettingsError` listing every problem in words a deployer can act on.
     """
     source = os.environ if env is None else env
-    values = {k[len("RSI_"):].lower(): v for k, v in source.items() if k.upper().startswith("RSI_")}
+    values: dict[str, Any] = {k[len("RSI_"):].lower(): v for k, v in source.items()
+                              if k.upper().startswith("RSI_")}
     values.update(overrides)
     try:
         if env is None:

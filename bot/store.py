@@ -36,7 +36,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from sqlalchemy import (
     JSON,
@@ -46,6 +46,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     UniqueConstraint,
     and_,
@@ -59,6 +60,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -67,6 +69,11 @@ from bot.vocab import CandidateState, JobKind, TaskState
 
 JOB_STATES = ("queued", "running", "done", "failed")
 
+
+
+def _rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE matched (its result is a cursor result)."""
+    return cast(CursorResult[Any], result).rowcount
 
 class Base(DeclarativeBase):
     pass
@@ -261,7 +268,7 @@ class Store:
         if self.sqlite:
             self._sqlite_pragmas()
         self._session = sessionmaker(self.engine, expire_on_commit=False)
-        self._ins_delivery = self._ins_job = None
+        self._ins_delivery: Any = None  # the dialect's INSERT .. ON CONFLICT DO NOTHING RETURNING id
         # One writer at a time inside this process (SQLite allows one anyway;
         # waiting on a lock is cheaper than SQLite's busy-retry loop).
         self._wlock = threading.Lock() if self.sqlite else None
@@ -386,7 +393,7 @@ class Store:
                      "next_run_at": now, "lease_owner": None, "lease_until": None,
                      "created_at": now, "updated_at": now, "last_error": None, "result": None}
                     for d in (r["id"] for r in rows) if d in claimed]
-            conn.execute(Job.__table__.insert(), jobs)
+            conn.execute(cast(Table, Job.__table__).insert(), jobs)
             ids = dict(conn.execute(select(Job.key, Job.id).where(
                 Job.key.in_([j["key"] for j in jobs]))).all())
         out: list[int | None] = []
@@ -499,7 +506,7 @@ class Store:
             r = s.execute(update(Job).where(
                 Job.id == job.id, Job.lease_owner == job.owner, Job.state == "running",
             ).values(lease_until=now + lease_s, updated_at=now))
-            return r.rowcount == 1
+            return _rowcount(r) == 1
 
     def finish(self, job: ClaimedJob, result: Any = None) -> bool:
         now = self.clock()
@@ -508,7 +515,7 @@ class Store:
                 Job.id == job.id, Job.lease_owner == job.owner, Job.state == "running",
             ).values(state="done", result=result, lease_owner=None, lease_until=None,
                      updated_at=now))
-            return r.rowcount == 1
+            return _rowcount(r) == 1
 
     def fail(self, job: ClaimedJob, error: str, *, retry: bool = True,
              backoff_base_s: float = 2.0, backoff_max_s: float = 600.0) -> str:
@@ -600,7 +607,7 @@ class Store:
             q = update(Task).where(Task.id == task_id)
             if generation is not None:
                 q = q.where(Task.generation == generation)
-            return s.execute(q.values(**fields)).rowcount == 1
+            return _rowcount(s.execute(q.values(**fields))) == 1
 
     def approve_proposal(self, task_id: int, body: str, *, generation: int | None = None,
                          **fields) -> bool:
@@ -774,7 +781,7 @@ class Store:
             r = s.execute(update(Dispatch).where(Dispatch.nonce == nonce,
                                                  Dispatch.consumed_at.is_(None))
                           .values(consumed_at=self.clock()))
-            return r.rowcount == 1
+            return _rowcount(r) == 1
 
     def release_dispatch(self, nonce: str) -> None:
         """Undo :meth:`consume_dispatch` (the ingest failed and will be retried)."""

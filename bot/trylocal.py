@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import getpass
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,7 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: list[Path] = (),
+def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: Sequence[Path] = (),
             rounds: int | None = None, verify: str | None = None, proposal: str | None = None,
             task_id: str = "try") -> TryResult:
     from bot.store import Store
@@ -137,7 +138,7 @@ def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: list[Pa
     from harness.loop import run_task
     from harness.spec import load_task
 
-    steps = StepLines(None, 0, echo=typer.echo)  # type: ignore[arg-type] - the task comes next
+    steps = StepLines(None, 0, echo=typer.echo)  # the task comes next
     repo, out = Path(repo).resolve(), Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / "target"

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 import typer
 
@@ -178,11 +179,13 @@ class StepLines:
     time; once B0's calibration has timed the benchmark, the time the rest can
     take at most, in minutes."""
 
-    def __init__(self, spec: TaskSpec, rounds: int, echo=None):
+    def __init__(self, spec: TaskSpec | None, rounds: int,
+                 echo: Callable[[str], object] | None = None):
+        """``spec`` may come later (set ``.spec`` before the first event)."""
         import time
 
         self.clock, self.t0, self.spec, self.rounds = time.monotonic, time.monotonic(), spec, rounds
-        self.echo = echo or (lambda text: print(text, flush=True))
+        self.echo: Callable[[str], object] = echo or (lambda text: print(text, flush=True))
         self.timed = False
 
     def line(self, text: str) -> None:
@@ -192,7 +195,7 @@ class StepLines:
         if ev.kind == "progress":
             return
         self.line(f"[{ev.kind}] {ev.message}")
-        if ev.kind == "baseline" and not self.timed:
+        if ev.kind == "baseline" and not self.timed and self.spec is not None:
             self.timed = True
             v = self.spec.verify.verifier
             per_run = (self.clock() - self.t0) / max(1, 2 * v.calibration_pairs)
@@ -286,7 +289,7 @@ def init_cmd(
         metrics = _metric_option([x for x in raw.split(",") if x.strip()])
     objective = objective or next(iter(metrics), "")
     if ask:
-        objective = typer.prompt("Objective metric", default=objective or None)
+        objective = str(typer.prompt("Objective metric", default=objective or None))
         min_gain = typer.prompt("Smallest gain worth a PR (0.05 = 5%)", default=min_gain, type=float)
         device = typer.prompt("Runner device (cpu, cuda or npu)", default=device)
     if device not in ("cpu", "cuda", "npu"):
@@ -299,10 +302,11 @@ def init_cmd(
                    "Writing a benchmark: https://github.com/rsi-bot/rsi-bot/blob/main/docs/"
                    "writing-a-benchmark.md", err=True)
         raise typer.Exit(2)
-    answers = InitAnswers(command=command, metrics=metrics, objective=objective, benchmark=benchmark,
+    answers = InitAnswers(command=command, metrics=metrics, objective=objective or "", benchmark=benchmark,
                           samples=dict(found.samples) if command == found.command or found.client else {},
                           outputs=list(found.outputs) if command == found.command or found.client else [],
-                          min_gain=min_gain, device=device, client=found.client, agent=agent,
+                          min_gain=min_gain, device=cast(Literal["cpu", "cuda", "npu"], device),
+                          client=found.client, agent=agent,
                           examples=source_examples(repo), install=install)
     try:
         written = write_files(repo, render_files(answers), force=force)
@@ -401,11 +405,11 @@ def run_cmd(
 
     rounds_total = rounds or spec.agent.rounds
     if quiet or not sys.stdout.isatty():  # a pipe or a CI log: one line per step, no redraws
-        on_event = StepLines(spec, rounds_total)
-        on_event.line(f"{tid}: {estimate(spec, rounds_total)}")
+        steps = StepLines(spec, rounds_total)
+        steps.line(f"{tid}: {estimate(spec, rounds_total)}")
 
         result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
-                          on_event=on_event, verifier=verify)
+                          on_event=steps, verifier=verify)
     else:
         from rich.progress import (
             BarColumn,

@@ -34,12 +34,15 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from harness.gitutil import git
 from harness.tomlout import dump_toml
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-tts"
@@ -201,7 +204,7 @@ class Display:
         self.rows: list[dict[str, Any]] = []
         self.current = ""
         self.since = 0.0
-        self._live = None
+        self._live: Live | None = None
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -395,7 +398,9 @@ def run_demo(
         if patches and (st is None or st.status != "refused"):
             display.set_phase(f"replay: {len(patches)} patches")
             agent = make_agent(spec, "replay", patches=patches)
-            budget = len(patches) + (st.rounds_done - int(st.agent_state.get("next", 0)) if st else 0)
+            # the loop keeps each agent's state under its name: the replay's is {"next": patches used}
+            used = int((st.agent_state.get(agent.name) or {}).get("next", 0)) if st else 0
+            budget = len(patches) + (st.rounds_done - used if st else 0)
             for _ in range(3):  # a pause after straight rejections is resumed: every patch gets its round
                 result = run_task(target, spec, state_dir=state_dir, keep="advance", agent=agent,
                                   rounds=budget, on_event=display, verifier=verify)

@@ -132,8 +132,8 @@ class Egress:
         self.upstream = list(upstream_networks)
         self.image = image
         self.ready_timeout_s = ready_timeout_s
-        self.network = None
-        self.container = None
+        self.network: Any = None  # docker SDK objects (untyped)
+        self.container: Any = None
         self.confdir: str | None = None
 
     def __enter__(self) -> EgressInfo:

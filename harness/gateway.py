@@ -121,8 +121,9 @@ class Meter:
         tin, tout = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
         self.tokens_in += tin
         self.tokens_out += tout
-        if self.cost_usd is not None:
-            self.cost_usd += (tin * self.cfg.price_in_per_mtok + tout * self.cfg.price_out_per_mtok) / 1e6
+        price_in, price_out = self.cfg.price_in_per_mtok, self.cfg.price_out_per_mtok
+        if self.cost_usd is not None and price_in is not None and price_out is not None:
+            self.cost_usd += (tin * price_in + tout * price_out) / 1e6
 
     def totals(self) -> dict[str, Any]:
         return {"calls": self.calls, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
@@ -161,6 +162,7 @@ def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: in
         protocol_version = "HTTP/1.1"
         server_version = "rsi-gateway"
         sys_version = ""
+        _headers_buffer: list[bytes]  # http.server's own, undeclared in its stubs
 
         def log_message(self, *args: Any) -> None:  # nothing an agent sent reaches a log
             pass
@@ -340,7 +342,7 @@ class Gateway:
         self.image = image
         self.upstream = list(upstream_networks)
         self.ready_timeout_s = ready_timeout_s
-        self.container = None
+        self.container: Any = None  # a docker SDK container (untyped)
 
     def __enter__(self) -> GatewayInfo:
         try:

@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Literal, overload
 
 BOT_NAME = "rsi-bot"
 BOT_EMAIL = "rsi-bot@users.noreply.github.com"
@@ -79,6 +80,16 @@ def bot_env(extra: dict[str, str] | None = None, *, environ: dict[str, str] | No
     return env
 
 
+@overload
+def git(cwd: Path | str, *args: str, input: str | bytes | None = None, check: bool = True,
+        env: dict[str, str] | None = None, text: Literal[True] = True) -> str: ...
+
+
+@overload
+def git(cwd: Path | str, *args: str, input: str | bytes | None = None, check: bool = True,
+        env: dict[str, str] | None = None, text: Literal[False]) -> bytes: ...
+
+
 def git(
     cwd: Path | str,
     *args: str,
@@ -86,7 +97,7 @@ def git(
     check: bool = True,
     env: dict[str, str] | None = None,
     text: bool = True,
-) -> str:
+) -> str | bytes:
     """Run git in ``cwd`` and return stdout (stripped of the final newline)."""
     argv = ["git", *HARDENING, *args]
     proc = subprocess.run(  # noqa: PLW1510 - the return code is read below

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,7 +77,7 @@ from verifier.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
-STATE_SCHEMA = "rsi.loop-state/1"
+STATE_SCHEMA: Final = "rsi.loop-state/1"
 
 Status = LoopStatus
 
@@ -798,7 +798,7 @@ def reverify(
     state_dir: Path,
     verifier: VerifierBackend | str | None = None,
     on_event: Callable[[LoopEvent], None] | None = None,
-):
+) -> Verdict:
     """Judge the tip of ``branch`` again against the task's current Bk and B0."""
     repo = Path(repo).resolve()
     backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)

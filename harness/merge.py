@@ -408,9 +408,9 @@ def _merge_policy(repo: dict[str, Any], merged: dict[str, Any], ok: dict[str, An
     if any(g.lstrip().startswith("!") for g in _strings(ok.get("protected")) or []):
         errors.append("proposal [policy] protected: a '!' glob would un-protect paths; a "
                       "proposal may only add protected paths")
-    elif "protected" in ok and _strings(ok["protected"]) is not None:
+    elif "protected" in ok and (added := _strings(ok["protected"])) is not None:
         have = list(pol.get("protected", []))
-        pol["protected"] = have + [p for p in _strings(ok["protected"]) if p not in have]
+        pol["protected"] = have + [p for p in added if p not in have]
     if "max_changed_lines" in ok:
         cap = pol.get("max_changed_lines", EditPolicy().max_changed_lines)
         v = ok["max_changed_lines"]
@@ -491,7 +491,8 @@ def merge_proposal(repo: dict[str, Any], over: dict[str, Any]) -> tuple[dict[str
     Proposals only tighten (see this module's docstring)."""
     merged = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
               for k, v in repo.items()}
-    ob = over.get("objective") if isinstance(over.get("objective"), dict) else {}
+    ob_over = over.get("objective")
+    ob: dict[str, Any] = ob_over if isinstance(ob_over, dict) else {}
     obj_bench = str(ob.get("benchmark") or (repo.get("objective") or {}).get("benchmark", ""))
     errors: list[str] = []
     for section, value in over.items():

@@ -350,7 +350,7 @@ def run(
             text = data.decode("utf-8", errors="replace")
             result.output_cut = cut
             result.output = f"[... {cut} bytes cut ...]\n{text}" if cut else text
-            if streamer is not None:
+            if streamer is not None and on_output is not None:  # a streamer streams to on_output
                 streamer.join(timeout=5)
                 rest = text.split("\n")[sent[0]:] if not cut else []
                 if rest and rest[-1] == "":

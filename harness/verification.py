@@ -72,7 +72,7 @@ def error_verdict(stage: str, message: str, stderr_tail: str = "", shas: dict | 
 class VerifierBackend(Protocol):
     name: str
 
-    def calibrate(self, ref: Path, spec: TaskSpec, *, progress: Progress | None = None) -> Calibration | None: ...
+    def calibrate(self, ref: Path, spec: TaskSpec, *, progress: Progress | None = None) -> Calibration: ...
 
     def verify(
         self,
@@ -211,9 +211,11 @@ def run_verifier(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: 
         )
     except OSError as exc:
         return VerifierRun(None, False, f"could not start the verifier: {exc}", None)
+    assert proc.stdout is not None  # stdout=PIPE
+    stdout = proc.stdout
 
     def pump() -> None:
-        for raw in iter(proc.stdout.readline, b""):
+        for raw in iter(stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             tail.append(line[-2000:])
             if on_line is not None:
@@ -231,7 +233,7 @@ def run_verifier(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: 
         timed_out = True
         _kill_session(proc)
     reader.join(timeout=10)
-    proc.stdout.close()
+    stdout.close()
     return VerifierRun(proc.returncode, timed_out, "\n".join(tail), None, duration_s=time.monotonic() - t0)
 
 
@@ -398,7 +400,7 @@ def _progress_lines(progress: Progress):
 
 
 def make_backend(kind: str | None = None) -> VerifierBackend:
-    kind = kind or os.environ.get("RSI_VERIFY_MODE", "sandbox")
+    kind = kind or os.environ.get("RSI_VERIFY_MODE") or "sandbox"
     if kind in ("inprocess", "in-process", "local"):
         return InProcessVerifier()
     if kind == "sandbox":

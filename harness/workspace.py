@@ -95,7 +95,7 @@ class CandidateCommit(BaseModel):
 # ------------------------------------------------------------ export_commit
 
 
-def _git_popen(cwd: Path, *args: str) -> subprocess.Popen:
+def _git_popen(cwd: Path, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["git", *HARDENING, *args], cwd=str(cwd), env=bot_env(),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -137,28 +137,30 @@ def _safe_parent(dest: Path, path: str, made: set[str]) -> bool:
 def _read_blobs(repo: Path, oids: list[str]) -> Iterator[bytes]:
     """The contents of ``oids``, in order, through one ``git cat-file --batch``."""
     proc = _git_popen(repo, "cat-file", "--batch")
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # PIPEs
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
 
     def feed() -> None:
         try:
-            proc.stdin.write("".join(o + "\n" for o in oids).encode())
+            stdin.write("".join(o + "\n" for o in oids).encode())
         finally:
-            proc.stdin.close()
+            stdin.close()
 
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
     try:
         for oid in oids:
-            header = proc.stdout.readline().split()
+            header = stdout.readline().split()
             if len(header) != 3 or header[1] != b"blob":
                 raise GitError(["cat-file", "--batch"], 128, f"unexpected object for {oid}: {header!r}")
-            data = proc.stdout.read(int(header[2]))
-            proc.stdout.read(1)
+            data = stdout.read(int(header[2]))
+            stdout.read(1)
             yield data
     finally:
         writer.join(timeout=30)
-        proc.stdout.close()
+        stdout.close()
         proc.wait(timeout=30)
-        proc.stderr.close()
+        stderr.close()
 
 
 def export_commit(repo: Path | str, sha: str, dest: Path | str) -> Path:

@@ -17,6 +17,7 @@ median_s null and the reason in gate.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -140,7 +141,7 @@ def bench_case(case: Case, copy_bw: float, *, include_jit: bool, budget_s: float
             log(f"  {case.op} {case.label} {v.name}: gate failed: {why}")
             continue
         log(f"  {case.op} {case.label} {v.name}: gate ok ({time.perf_counter() - t0:.1f} s)")
-        timed[v.name] = lambda v=v: v.fn(*case.args)
+        timed[v.name] = functools.partial(v.fn, *case.args)
         if v.jit:
             with torch.no_grad():
                 tuner.settle(timed[v.name], key.device)

@@ -23,6 +23,7 @@ Environment:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -298,13 +299,13 @@ class Registry:
                     try:
                         v.fn(*sample)
                         if v.jit:
-                            tuner.settle(lambda v=v: v.fn(*sample), key.device)
+                            tuner.settle(functools.partial(v.fn, *sample), key.device)
                     except Exception as e:
                         if v is ref:
                             raise
                         self._disable(op, key, v, f"raised while timed: {type(e).__name__}: {e}")
                         passed.remove(v)
-                medians = tuner.measure_many({v.name: (lambda v=v: v.fn(*sample)) for v in passed},
+                medians = tuner.measure_many({v.name: functools.partial(v.fn, *sample) for v in passed},
                                              key.device)
             passed = sorted((v for v in passed if v.name in medians), key=lambda v: medians[v.name])
             self.cache.update(fp, str(key), ranking=[v.name for v in passed], median_s=medians)

@@ -119,11 +119,11 @@ def render_verdict(v: Verdict) -> list:
         if has_b0:
             t.add_column("vs B0", justify="right")
         t.add_column("source")
-        o = v.objective
+        obj = v.objective
         for m in v.metrics:
-            if o is not None and m.name == o.metric and o.ratio is not None:
+            if obj is not None and m.name == obj.metric and obj.ratio is not None:
                 # the objective's own estimate, the one the decision rests on
-                m = m.model_copy(update={"ratio_vs_bk": o.ratio, "ratio_vs_bk_ci": o.ratio_ci})
+                m = m.model_copy(update={"ratio_vs_bk": obj.ratio, "ratio_vs_bk_ci": obj.ratio_ci})
             row = [f"{m.name} ({m.direction[0]})"]
             if has_b0:
                 row.append(_num(m.b0))

@@ -41,6 +41,7 @@ import tomllib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 Direction = Literal["higher", "lower"]
 Source = Literal["verifier", "client", "evaluator", "benchmark"]
@@ -634,7 +635,7 @@ def _list(b: BenchmarkConfig) -> str:
     return ", ".join(parts) + (" (measured: " + ", ".join(measured) + ")" if measured else "")
 
 
-def _pydantic_message(err: dict) -> str:
+def _pydantic_message(err: ErrorDetails) -> str:
     loc = err.get("loc", ())
     path = ""
     for part in loc:

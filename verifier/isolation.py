@@ -37,10 +37,13 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    import resource
 
 TAIL_CHARS = 4000
 POLL_S = 0.01
@@ -371,7 +374,7 @@ class ProcessHandle:
             self.ps = None
         self.peak = 0
         self.status: int | None = None
-        self.usage = None
+        self.usage: resource.struct_rusage | None = None
 
     @staticmethod
     def _read(pipe, sink) -> None:
@@ -432,13 +435,14 @@ class ProcessHandle:
         for r in self.readers:
             r.join(timeout=2.0)
         for pipe in (self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(Exception):
-                pipe.close()
+            if pipe is not None:
+                with contextlib.suppress(Exception):
+                    pipe.close()
         self.output.finish()
         out, err = self.output.tails()
         rc = os.waitstatus_to_exitcode(self.status) if self.status is not None else -9
         cpu = self.usage.ru_utime + self.usage.ru_stime if self.usage is not None else None
-        extra = {}
+        extra: dict[str, int] = {}
         if self.usage is not None:  # the command and the children it waited for
             extra["voluntary_switches"] = int(self.usage.ru_nvcsw)
             extra["involuntary_switches"] = int(self.usage.ru_nivcsw)
@@ -906,6 +910,7 @@ class ContainerHandle:
         if free is not None and free < RUN_DIR_FULL_BYTES:
             return (f"the run dir hit its size cap ({cap_text} for {RUN_MOUNT}: results and outputs "
                     "together); the run's results are not read")
+        assert self.job.run_dir is not None  # _copy_out runs only for a job with a run dir
         dest = Path(self.job.run_dir)
         try:
             stream = self._exec_out(["tar", "-C", RUN_MOUNT, "-cf", "-", "."], cap + 16 * 1024 * 1024)
@@ -936,9 +941,10 @@ class ContainerHandle:
         return None
 
     def _remove(self) -> None:
-        if getattr(self, "pidfd", None) is not None:
+        pidfd: int | None = getattr(self, "pidfd", None)
+        if pidfd is not None:
             with contextlib.suppress(OSError):
-                os.close(self.pidfd)
+                os.close(pidfd)
             self.pidfd = None
         try:
             self.container.remove(force=True)

@@ -314,23 +314,25 @@ def _test_settings(
     the calibration succeeded on this metric (a failed one is a warning)."""
     v = config.verifier
     warnings: list[str] = []
-    use_cal = calibration is not None and calibration.error is None
-    margin = calibration.bias_margin(v.min_noise_margin) if use_cal else v.min_noise_margin
-    prior = (
+    if calibration is None:
+        return v.min_noise_margin, {}, warnings
+    if calibration.error is not None:
+        warnings.append(
+            f"calibration failed ({calibration.error.message}); the test uses this "
+            "verification's own spread only"
+        )
+        return v.min_noise_margin, {}, warnings
+    margin = calibration.bias_margin(v.min_noise_margin)
+    prior: dict[str, Any] = (
         dict(
             prior_sd=calibration.per_pair_sd,
             prior_df=calibration.prior_df,
             prior_level_sd=calibration.level_sd or None,
             prior_check_sd=calibration.check_sd or None,
         )
-        if use_cal and calibration.metric in ("", metric)
+        if calibration.metric in ("", metric)
         else {}
     )
-    if calibration is not None and not use_cal:
-        warnings.append(
-            f"calibration failed ({calibration.error.message}); the test uses this "
-            "verification's own spread only"
-        )
     return margin, prior, warnings
 
 

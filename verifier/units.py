@@ -37,7 +37,7 @@ EXAMPLES = '"s", "ms", "1/s", "token/s", "MiB"'
 def _registry() -> Any:
     import pint
 
-    ureg = pint.UnitRegistry()
+    ureg: Any = pint.UnitRegistry()
     for name in COUNT_UNITS:
         ureg.define(f"{name} = [{name}] = _ = {name}s")
     return ureg

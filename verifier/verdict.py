@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA = "rsi.verdict/1"
+SCHEMA: Final = "rsi.verdict/1"
 
 
 class Decision(StrEnum):
@@ -82,7 +82,7 @@ class Fingerprint(_Frozen):
     container_image: str = ""
     extra: dict[str, str] = Field(default_factory=dict)
 
-    def comparable_key(self) -> tuple:
+    def comparable_key(self) -> tuple[str | int, ...]:
         """Fields that must match for two results to be comparable."""
         return (
             self.cpu_model,
@@ -195,7 +195,7 @@ class Verdict(_Frozen):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return self.model_dump_json(by_alias=True, **kw)
 
     @classmethod

@@ -15,6 +15,7 @@ factory (:func:`make_agent`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.agents import registry
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-def make_agent(spec: TaskSpec, kind: str | None = None, *, patches: list[Path | str] | None = None, repo: Path | None = None) -> Agent:
+def make_agent(spec: TaskSpec, kind: str | None = None, *, patches: Sequence[Path | str] | None = None, repo: Path | None = None) -> Agent:
     """The agent a task asks for (``kind`` overrides ``[agent] kind``), from the
     registry (:data:`harness.agents.registry.AGENTS`). Replay patch paths are
     relative to ``repo`` unless absolute."""

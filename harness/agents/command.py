@@ -278,16 +278,16 @@ class CommandAgent:
             out.error = f"agent timed out after {ctx.timeout_s:g} s"
         elif res.oom_killed:
             out.error = f"agent was killed: out of memory (limit {profile.memory})"
-        elif route is not None and (res.gateway or {}).get("refused"):
-            out.error = (f"the model gateway refused {res.gateway['refused']} call(s): "
-                         f"{res.gateway.get('refusal') or 'budget spent'}")
+        elif route is not None and (meter := res.gateway or {}).get("refused"):
+            out.error = (f"the model gateway refused {meter['refused']} call(s): "
+                         f"{meter.get('refusal') or 'budget spent'}")
         elif res.exit_code != 0:
             tail = log.strip().splitlines()[-5:]
             out.error = f"agent exited with code {res.exit_code}: " + " | ".join(tail)[-500:]
         elif self.usage and not (used and used.calls):
             # exit 0 but not one model reply (aider does that): the endpoint is down or refused it
-            tail = " | ".join(log.strip().splitlines()[-3:])[-300:]
-            out.error = f"the agent got no reply from its model API (down, refused, or a wrong OPENAI_API_BASE?): {tail}"
+            last = " | ".join(log.strip().splitlines()[-3:])[-300:]
+            out.error = f"the agent got no reply from its model API (down, refused, or a wrong OPENAI_API_BASE?): {last}"
         if carried:
             out.withheld = True
             out.error = (f"the agent's output carried a secret the host holds (as written or disguised: "

@@ -11,7 +11,7 @@ the other way round). :func:`make_agent` is the one way to build an agent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +82,7 @@ AGENTS: dict[str, AgentKind] = _entries()
 
 
 def make_agent(settings: AgentSettings, kind: str | None = None, *,
-               patches: list[Path | str] | None = None, repo: Path | None = None) -> Agent:
+               patches: Sequence[Path | str] | None = None, repo: Path | None = None) -> Agent:
     """The agent ``settings`` ask for (``kind`` overrides ``settings.kind``).
     Replay patch paths are relative to ``repo`` unless absolute. ``ValueError``
     for an unknown kind (listing the known ones) or settings the kind cannot run."""
