@@ -114,12 +114,13 @@ GUARD_FIELDS: dict[str, str] = {
 QUALITY_FIELDS: dict[str, str] = {
     "kind": KEY, "output": KEY, "benchmark": KEY,
     "max": LOWER, "max_delta": LOWER, "max_change": LOWER, "rtol": LOWER, "atol": LOWER,
-    "min_snr_db": RAISE,
+    "min_snr_db": RAISE, "max_db": LOWER,
 }
 """``[[quality]]`` (:class:`verifier.config.QualityGuard`); ``files``, ``dtype`` and
 ``reference`` have no entry: fixed."""
 #: Hard caps on the bounds of a quality guard a proposal adds.
-_QUALITY_CAPS = {"max": 1.0, "max_delta": 1.0, "max_change": 0.5, "rtol": 1.0, "atol": 1.0}
+_QUALITY_CAPS = {"max": 1.0, "max_delta": 1.0, "max_change": 0.5, "rtol": 1.0, "atol": 1.0,
+                 "max_db": 3.0}
 _QUALITY_DEFAULTS = {"output_length": {"max_change": 0.02}}
 MAX_MIN_GAIN = 10.0
 

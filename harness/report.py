@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.text import fenced, inert
+from verifier.qualitykinds import QUALITY_KINDS
 from verifier.units import scale_for_display
 from verifier.verdict import GuardResult, MetricComparison, Verdict
 
@@ -444,7 +445,7 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
 
     quality: dict[str, list[GuardResult]] = {}
     for g in v.guards:
-        if g.kind in ("wer", "output_length", "allclose", "waveform", "tensor"):
+        if g.kind in QUALITY_KINDS:
             quality.setdefault(g.name, []).append(g)
     for name, gs in quality.items():
         by_ref = {g.against: g for g in gs}
@@ -539,7 +540,7 @@ def _tradeoffs(v: Verdict) -> list[str]:
         o = v.objective
         change = _change(o.ratio, o.direction, o.ratio_ci)
         for g in v.guards:
-            if g.kind in ("wer", "output_length", "allclose", "waveform", "tensor") and g.status == "fail" and g.against == "bk":
+            if g.kind in QUALITY_KINDS and g.status == "fail" and g.against == "bk":
                 out.append(f"The {change} on {o.metric} comes with a quality loss: {g.name}: {g.detail}.")
     return out
 

@@ -42,6 +42,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .qualitykinds import (
+    KIND_NAMES,
+    QUALITY_KINDS,
+    SPECTRAL_MAX_DB,
+    kind_param_problems,
+    unknown_kind_message,
+)
+
 Direction = Literal["higher", "lower"]
 Source = Literal["verifier", "client", "evaluator", "benchmark"]
 
@@ -283,7 +291,9 @@ class Guard(_Model):
 class QualityGuard(_Model):
     """A check on what the benchmark outputs (``outputs`` in its result)."""
 
-    kind: Literal["wer", "output_length", "allclose", "waveform", "tensor"]
+    kind: str = Field(json_schema_extra={"enum": list(KIND_NAMES)})
+    """wer, output_length, allclose, waveform, tensor or spectral (the registry:
+    verifier/qualitykinds.py); any other kind is refused, with a "did you mean"."""
     output: str = ""
     """Key in the result's ``outputs`` (wer, output_length, allclose)."""
     files: str | None = None
@@ -306,9 +316,23 @@ class QualityGuard(_Model):
     """allclose: tolerance row to use (fp32, fp16, bf16); default: the arrays' dtype."""
     rtol: float | None = Field(None, ge=0)
     atol: float | None = Field(None, ge=0)
+    max_db: float | None = Field(None, gt=0)
+    """spectral: bound on the worst file's log-mel spectral distance to the
+    reference arm's, in dB (default 0.1: honest numeric changes measure <= 0.015,
+    audible ones >= 0.27)."""
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in QUALITY_KINDS:
+            raise ValueError(unknown_kind_message(v))
+        return v
 
     @property
     def label(self) -> str:
+        if self.kind == "spectral":
+            bound = SPECTRAL_MAX_DB if self.max_db is None else self.max_db
+            return f"spectral({self.files}) log-mel distance <= {bound:g} dB"
         if self.kind == "waveform":
             if self.min_snr_db is None:
                 return f"waveform({self.files}) SNR >= Bk's repeatability"
@@ -602,17 +626,9 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 def _quality_problems(q: QualityGuard, where: str) -> list[str]:
-    out = []
-    if q.kind in ("waveform", "tensor"):
-        if not q.files:
-            ext = "wav" if q.kind == "waveform" else "npy"
-            out.append(f'{where}: give files, a glob of output files (e.g. files = "*.{ext}")')
-        if q.output:
-            out.append(f"{where}: reads files, not outputs.{q.output}; remove output")
-    elif not q.output:
-        out.append(f"{where}: give output, the key in the result's outputs to check")
-    if q.files is not None and q.kind not in ("waveform", "tensor"):
-        out.append(f"{where}: files is for waveform and tensor guards")
+    """The keys ``q`` sets against its kind's parameter model (``qualitykinds``)."""
+    given = {k: getattr(q, k) for k in q.model_fields_set if k != "kind"}
+    out = kind_param_problems(q.kind, given, where)
     if q.kind == "tensor" and q.dtype is not None and q.dtype not in TOLERANCES:
         out.append(f"{where}: unknown dtype '{q.dtype}'; known: {', '.join(TOLERANCES)}")
     return out
@@ -650,6 +666,8 @@ def _pydantic_message(err: dict) -> str:
         return (
             f"{path}: unknown key (check its spelling; see docs/contracts.md for the config layout)"
         )
+    if typ == "value_error":  # a validator's own sentence (e.g. an unknown quality kind)
+        return f"{path}: {msg.removeprefix('Value error, ')}"
     if typ == "literal_error" and loc and loc[-2:-1] and loc[-2] in ("metrics", "samples"):
         return f'{path}: direction must be "higher" or "lower", got {err.get("input")!r}'
     return f"{path}: {msg} (got {err.get('input')!r})"

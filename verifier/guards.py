@@ -379,6 +379,12 @@ def _change_line(q: QualityGuard, g: GuardResult | None) -> str:
             f"{g.value:.1f} dB SNR vs Bk" if g is not None and g.value is not None else "vs Bk"
         )
         return f"Audio changed: {measure} (files {q.files}, worst candidate run; Bk's audio is bit-exact across its runs)."
+    if q.kind == "spectral":
+        measure = (
+            f"{g.value:.2f} dB log-mel distance vs Bk" if g is not None and g.value is not None
+            else "vs Bk"
+        )
+        return f"Audio changed: {measure} (files {q.files}, worst candidate run and file; Bk's audio is bit-exact across its runs)."
     what = f"files {q.files}" if q.files else f"outputs.{q.output}"
     detail = f": {g.detail}" if g is not None and g.detail else ""
     return f"Outputs changed ({what}) vs Bk, whose outputs are bit-exact across its runs{detail}."

@@ -1,5 +1,8 @@
 """Quality guards on what a benchmark outputs: WER, output length, allclose,
-and output files: waveform (SNR in dB) and tensor (allclose per file).
+and output files: waveform (SNR in dB), spectral (log-mel distance in dB) and
+tensor (allclose per file). ``KINDS`` is the registry: every kind declared in
+``qualitykinds`` with its comparator (a declared kind without one fails at
+import; a guard of an undeclared kind fails, never falls back to another).
 
 Each check compares one candidate run's outputs with one run's of a reference
 arm (Bk or B0); ``guards.Evaluator`` takes a ``snapshot`` of every measured run
@@ -30,6 +33,7 @@ import stat
 import string
 import wave
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,7 @@ import numpy as np
 
 from .config import TOLERANCES, QualityGuard
 from .protocol import ProtocolError, read_regular
+from .qualitykinds import QUALITY_KINDS, SPECTRAL_MAX_DB, KindDecl, unknown_kind_message
 from .verdict import Against, GuardResult, arm_label
 
 _PUNCT = re.compile(
@@ -374,7 +379,8 @@ def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, Any] | QualityError
             if e.is_symlink() or not e.is_file(follow_symlinks=False):
                 raise QualityError(f"an output file matching {g.files} is not a regular file (a symlink, FIFO...)")
             data = read_file(Path(e.path))
-            out[e.name] = read_wav(data, e.name) if g.kind == "waveform" else _npy(data, e.name)
+            wav = QUALITY_KINDS[g.kind].file_ext == "wav"
+            out[e.name] = read_wav(data, e.name) if wav else _npy(data, e.name)
     except QualityError as err:
         return err
     return out
@@ -432,11 +438,103 @@ def snr_db(cand: np.ndarray, ref: np.ndarray) -> float:
     return 10 * math.log10(signal / noise)
 
 
+# ---- spectral: log-mel distance -------------------------------------------------
+
+#: Frames of 25 ms every 10 ms, 64 mel bands up to half the sample rate, log
+#: energies floored 80 dB below the reference file's loudest band.
+FRAME_S = 0.025
+HOP_S = 0.010
+MEL_BANDS = 64
+FLOOR_DB = 80.0
+
+
+def _hz_to_mel(f: np.ndarray) -> np.ndarray:
+    return 2595.0 * np.log10(1.0 + f / 700.0)
+
+
+def _mel_to_hz(m: np.ndarray) -> np.ndarray:
+    return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+
+
+def mel_filterbank(rate: int, n_fft: int, bands: int = MEL_BANDS) -> np.ndarray:
+    """(bands x n_fft//2+1) triangular filters, equally spaced on the HTK mel
+    scale from 0 Hz to rate/2, each of unit peak."""
+    edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(rate / 2.0))), bands + 2))
+    freqs = np.linspace(0.0, rate / 2.0, n_fft // 2 + 1)
+    fb = np.zeros((bands, freqs.size))
+    for b in range(bands):
+        lo, mid, hi = edges[b], edges[b + 1], edges[b + 2]
+        up = (freqs - lo) / max(mid - lo, 1e-9)
+        down = (hi - freqs) / max(hi - mid, 1e-9)
+        fb[b] = np.clip(np.minimum(up, down), 0.0, None)
+    return fb
+
+
+def log_mel(x: np.ndarray, rate: int, n_frames: int | None = None) -> np.ndarray:
+    """(frames x bands) mel band energies of ``x`` (samples in [-1, 1]): Hann
+    windows of ``FRAME_S`` every ``HOP_S``, the signal padded with silence to
+    ``n_frames`` frames when given. Linear power, not yet in dB."""
+    win = max(int(round(FRAME_S * rate)), 2)
+    hop = max(int(round(HOP_S * rate)), 1)
+    n_fft = 1 << (win - 1).bit_length()
+    frames = n_frames if n_frames is not None else _frame_count(x.size, rate)
+    padded = np.zeros((frames - 1) * hop + win)
+    padded[: min(x.size, padded.size)] = x[: padded.size]
+    idx = np.arange(win)[None, :] + hop * np.arange(frames)[:, None]
+    spec = np.abs(np.fft.rfft(padded[idx] * np.hanning(win)[None, :], n=n_fft, axis=1)) ** 2
+    return spec @ mel_filterbank(rate, n_fft).T
+
+
+def _frame_count(n: int, rate: int) -> int:
+    win = max(int(round(FRAME_S * rate)), 2)
+    hop = max(int(round(HOP_S * rate)), 1)
+    return max(1, 1 + math.ceil(max(n - win, 0) / hop))
+
+
+def log_mel_distance(cand: np.ndarray, ref: np.ndarray, rate: int) -> float:
+    """The mean over frames of the RMS difference (over mel bands) of the two
+    signals' log-mel energies, in dB. Both are framed over the longer one (the
+    shorter padded with silence: missing or extra audio counts); energies are
+    floored ``FLOOR_DB`` below the reference's loudest band-frame, so what
+    both leave near silence does not count. 0.0 when identical."""
+    frames = max(_frame_count(cand.size, rate), _frame_count(ref.size, rate))
+    mc = log_mel(np.asarray(cand, dtype=np.float64), rate, frames)
+    mr = log_mel(np.asarray(ref, dtype=np.float64), rate, frames)
+    top = float(mr.max()) if mr.size else 0.0
+    floor = max(top, 1e-20) * 10.0 ** (-FLOOR_DB / 10.0)
+    diff = 10.0 * np.log10(mc + floor) - 10.0 * np.log10(mr + floor)
+    return float(np.mean(np.sqrt(np.mean(diff**2, axis=1))))
+
+
+def _spectral_files(
+    cand: dict[str, Any], ref: dict[str, Any], names: list[str], g: QualityGuard, ref_label: str
+) -> tuple[bool, float, str]:
+    """(ok, worst file's log-mel distance in dB, detail) over files matched by name."""
+    bound = g.max_db if g.max_db is not None else SPECTRAL_MAX_DB
+    dists: dict[str, float] = {}
+    for n in names:
+        (c, cr), (r, rr) = cand[n], ref[n]
+        if cr != rr:
+            return False, math.inf, f"{n}: sample rate {cr} vs {ref_label} {rr}"
+        dists[n] = log_mel_distance(c, r, rr)
+    worst_name = max(names, key=lambda n: dists[n])
+    worst = dists[worst_name]
+    ok = worst <= bound
+    mean = sum(dists.values()) / len(dists)
+    detail = (f"worst log-mel distance {worst:.2f} dB ({worst_name}), mean {mean:.2f} dB "
+              f"over {len(names)} files vs {ref_label}")
+    return ok, worst, detail + ("" if ok else f": above {bound:g} dB")
+
+
 def compare_files(
     cand: dict[str, Any], ref: dict[str, Any], g: QualityGuard, ref_label: str
 ) -> tuple[bool, float, str]:
-    """(ok, value, detail) of a waveform (value: worst SNR, dB) or tensor guard
-    (value: worst max abs error) over files matched by name."""
+    """(ok, value, detail) of a guard on output files (``KINDS[g.kind].files``)
+    over files matched by name: waveform (value: worst SNR, dB), spectral
+    (worst log-mel distance, dB), tensor (worst max abs error)."""
+    check = _kind(g).files
+    if check is None:
+        raise QualityError(f"kind '{g.kind}' does not read output files")
     if not ref:
         raise QualityError(f"{ref_label} wrote no file matching {g.files}")
     missing = sorted(set(ref) - set(cand))
@@ -446,10 +544,19 @@ def compare_files(
                  f"{len(extra)} unexpected (names not quoted)" if extra else ""]  # fmt: skip
         what = "; ".join(p for p in parts if p)
         return False, math.nan, f"{len(cand)} files vs {len(ref)} of {ref_label}: {what}"
-    names = sorted(ref)
-    if g.kind == "tensor":
-        ok, err, detail = allclose([cand[n] for n in names], [ref[n] for n in names], g)
-        return ok, err, f"{len(names)} files: {detail}"
+    return check(cand, ref, sorted(ref), g, ref_label)
+
+
+def _tensor_files(
+    cand: dict[str, Any], ref: dict[str, Any], names: list[str], g: QualityGuard, ref_label: str
+) -> tuple[bool, float, str]:
+    ok, err, detail = allclose([cand[n] for n in names], [ref[n] for n in names], g)
+    return ok, err, f"{len(names)} files: {detail}"
+
+
+def _waveform_files(
+    cand: dict[str, Any], ref: dict[str, Any], names: list[str], g: QualityGuard, ref_label: str
+) -> tuple[bool, float, str]:
     worst, worst_name = math.inf, ""
     for n in names:
         (c, cr), (r, rr) = cand[n], ref[n]
@@ -477,13 +584,20 @@ def evaluate(
     warn: Callable[[str], None] | None = None,
 ) -> GuardResult:
     """Judge ``guard`` on the candidate's ``snapshot`` against a reference
-    arm's (``against``: ``bk`` or ``b0``); never raises.
+    arm's (``against``: ``bk`` or ``b0``); never raises for a guard of a
+    registered kind.
+
+    A guard whose kind is not in ``KINDS`` (built around the config's check,
+    e.g. with ``model_construct``) raises ValueError: it is never judged by
+    another kind's comparator.
 
     Status: ``fail`` when the candidate's outputs are missing, unreadable or
     beyond the bound; ``skipped`` when the reference arm's are (``warn`` then
     receives a sentence for the verdict's warnings); else ``pass``.
     """
     warn = warn or (lambda _text: None)
+    if guard.kind not in KINDS:  # only a guard built around the config's check gets here
+        raise ValueError(unknown_kind_message(guard.kind))
     if guard.files:
         return _file_guard(guard, candidate, reference, against, warn)
     base: dict[str, Any] = dict(
@@ -500,8 +614,10 @@ def evaluate(
         return GuardResult(
             **base, status="fail", detail=f"candidate: {candidate.get(guard.output, 'no outputs')}"
         )
-    check = {"wer": _wer_guard, "output_length": _length_guard}.get(guard.kind, _allclose_guard)
     try:
+        check = _kind(guard).outputs
+        if check is None:
+            raise QualityError(f"kind '{guard.kind}' reads output files: give files")
         return GuardResult(**base, **check(guard, candidate, reference, rl))
     except QualityError as e:
         return GuardResult(**base, status="fail", detail=str(e))
@@ -584,13 +700,7 @@ def _file_guard(
     base: dict[str, Any] = dict(
         name=q.label, kind=q.kind, metric=f"files {q.files}", against=against
     )
-    base["bound"] = (
-        "per-dtype tolerance"
-        if q.kind != "waveform"
-        else f">= {q.min_snr_db:g} dB"
-        if q.min_snr_db is not None
-        else ">= 0 dB"
-    )
+    base["bound"] = KINDS[q.kind].bound(q)
     cand = candidate.get(key, QualityError("no candidate run"))
     refv = reference.get(key, QualityError("no snapshot"))
     if isinstance(refv, QualityError):
@@ -605,3 +715,69 @@ def _file_guard(
         return GuardResult(**base, status="skipped", detail=str(e))
     value = value if math.isfinite(value) else None
     return GuardResult(**base, value=value, status="pass" if ok else "fail", detail=detail)
+
+
+# ---- the registry ------------------------------------------------------------------
+
+OutputsCheck = Callable[[QualityGuard, Mapping[str, Any], Mapping[str, Any], str], dict[str, Any]]
+"""(guard, candidate snapshot, reference snapshot, reference label) -> GuardResult
+fields (bound, value, status, detail); raises QualityError."""
+FilesCheck = Callable[
+    [dict[str, Any], dict[str, Any], list[str], QualityGuard, str], tuple[bool, float, str]
+]
+"""(candidate files, reference files, names, guard, reference label) -> (ok, value, detail)."""
+
+
+def _bound_text(q: QualityGuard) -> str:
+    if q.kind == "waveform":
+        return f">= {q.min_snr_db:g} dB" if q.min_snr_db is not None else ">= 0 dB"
+    if q.kind == "spectral":
+        return f"<= {q.max_db if q.max_db is not None else SPECTRAL_MAX_DB:g} dB"
+    return "per-dtype tolerance"
+
+
+@dataclass(frozen=True)
+class QualityKind:
+    """A declared kind (``qualitykinds.KindDecl``: name, parameter model) with
+    its comparator: ``outputs`` for kinds reading the result's outputs,
+    ``files`` for kinds reading output files."""
+
+    decl: KindDecl
+    outputs: OutputsCheck | None = None
+    files: FilesCheck | None = None
+    bound: Callable[[QualityGuard], str] = _bound_text
+
+
+COMPARATORS: dict[str, OutputsCheck | FilesCheck] = {
+    "wer": _wer_guard,
+    "output_length": _length_guard,
+    "allclose": _allclose_guard,
+    "waveform": _waveform_files,
+    "tensor": _tensor_files,
+    "spectral": _spectral_files,
+}
+
+
+def _registry() -> dict[str, QualityKind]:
+    missing = sorted(set(QUALITY_KINDS) - set(COMPARATORS))
+    undeclared = sorted(set(COMPARATORS) - set(QUALITY_KINDS))
+    if missing or undeclared:
+        raise ImportError(f"quality kinds without a comparator: {missing}; "
+                          f"comparators without a declaration: {undeclared}")
+    out = {}
+    for name, decl in QUALITY_KINDS.items():
+        fn = COMPARATORS[name]
+        out[name] = (QualityKind(decl, files=fn) if decl.reads == "files"  # type: ignore[arg-type]
+                     else QualityKind(decl, outputs=fn))  # type: ignore[arg-type]
+    return out
+
+
+KINDS: dict[str, QualityKind] = _registry()
+"""Every quality kind: its declaration and its comparator."""
+
+
+def _kind(g: QualityGuard) -> QualityKind:
+    try:
+        return KINDS[g.kind]
+    except KeyError:
+        raise QualityError(unknown_kind_message(g.kind)) from None

@@ -151,6 +151,7 @@ class GuardResult(_Frozen):
         "allclose",
         "waveform",
         "tensor",
+        "spectral",
     ]
     metric: str = ""
     against: Against = "bk"

@@ -27,6 +27,7 @@ from typing import Any
 from harness.ledger import LedgerRecord
 from harness.spec import TaskSpec
 from verifier.config import BenchmarkConfig, Guard, QualityGuard
+from verifier.qualitykinds import SPECTRAL_MAX_DB
 
 TEMPLATE_FILE = Path(__file__).with_name("task-template.md")
 REPO_TEMPLATE = ".rsi/task-template.md"
@@ -60,6 +61,10 @@ def _quality_line(q: QualityGuard) -> str:
         return (f"- audio files `{q.files}` the same as the baseline's "
                 + (f"(signal-to-noise >= {q.min_snr_db:g} dB)" if q.min_snr_db is not None
                    else "(as repeatable as the baseline's own runs)"))
+    if kind == "spectral":
+        bound = q.max_db if q.max_db is not None else SPECTRAL_MAX_DB
+        return (f"- audio files `{q.files}` sound the same as the baseline's "
+                f"(log-mel spectral distance <= {bound:g} dB)")
     what = f"`{out}`" if out else f"files `{q.files}`"
     return f"- {what} numerically close to the baseline's ({q.dtype or 'per-dtype'} tolerance)"
 
