@@ -79,7 +79,7 @@ def _checkout(work: Path, name: str, patches: list[Path], settings: str | None =
 
 def generate(work: Path, n: int) -> None:
     sys.path.insert(0, str(EXAMPLE / "bench"))
-    import vocab  # type: ignore[import-not-found]  # examples/tiny-tts/bench/vocab.py
+    import vocab  # examples/tiny-tts/bench/vocab.py
 
     reqs = list(zip(vocab.prompts(n, seed=3), vocab.styles(n, seed=3), strict=True))
     good = sorted(PATCHES.glob("0*.patch"))

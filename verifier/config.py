@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -650,7 +651,7 @@ def _list(b: BenchmarkConfig) -> str:
     return ", ".join(parts) + (" (measured: " + ", ".join(measured) + ")" if measured else "")
 
 
-def _pydantic_message(err: dict) -> str:
+def _pydantic_message(err: Mapping[str, Any]) -> str:
     loc = err.get("loc", ())
     path = ""
     for part in loc:

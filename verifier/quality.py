@@ -370,17 +370,17 @@ def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, Any] | QualityError
         entries = sorted(os.scandir(out_dir), key=lambda e: e.name)
     except OSError as e:
         return QualityError(f"cannot list the output dir: {e.strerror}")
-    found = [e for e in entries if fnmatch.fnmatchcase(e.name, g.files or "")]
+    found = [x for x in entries if fnmatch.fnmatchcase(x.name, g.files or "")]
     if len(found) > MAX_FILES:
         return QualityError(f"{len(found)} files match {g.files}, over the {MAX_FILES} limit")
     out: dict[str, Any] = {}
     try:
-        for e in found:
-            if e.is_symlink() or not e.is_file(follow_symlinks=False):
+        for entry in found:
+            if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 raise QualityError(f"an output file matching {g.files} is not a regular file (a symlink, FIFO...)")
-            data = read_file(Path(e.path))
+            data = read_file(Path(entry.path))
             wav = QUALITY_KINDS[g.kind].file_ext == "wav"
-            out[e.name] = read_wav(data, e.name) if wav else _npy(data, e.name)
+            out[entry.name] = read_wav(data, entry.name) if wav else _npy(data, entry.name)
     except QualityError as err:
         return err
     return out
@@ -713,8 +713,8 @@ def _file_guard(
     except QualityError as e:
         warn(f"quality guard {q.label}: {e}; not checked")
         return GuardResult(**base, status="skipped", detail=str(e))
-    value = value if math.isfinite(value) else None
-    return GuardResult(**base, value=value, status="pass" if ok else "fail", detail=detail)
+    shown = value if math.isfinite(value) else None
+    return GuardResult(**base, value=shown, status="pass" if ok else "fail", detail=detail)
 
 
 # ---- the registry ------------------------------------------------------------------
@@ -748,27 +748,32 @@ class QualityKind:
     bound: Callable[[QualityGuard], str] = _bound_text
 
 
-COMPARATORS: dict[str, OutputsCheck | FilesCheck] = {
+OUTPUT_CHECKS: dict[str, OutputsCheck] = {
     "wer": _wer_guard,
     "output_length": _length_guard,
     "allclose": _allclose_guard,
+}
+"""The comparators of the kinds that read the result's outputs."""
+FILE_CHECKS: dict[str, FilesCheck] = {
     "waveform": _waveform_files,
     "tensor": _tensor_files,
     "spectral": _spectral_files,
 }
+"""The comparators of the kinds that read output files."""
 
 
 def _registry() -> dict[str, QualityKind]:
-    missing = sorted(set(QUALITY_KINDS) - set(COMPARATORS))
-    undeclared = sorted(set(COMPARATORS) - set(QUALITY_KINDS))
-    if missing or undeclared:
-        raise ImportError(f"quality kinds without a comparator: {missing}; "
-                          f"comparators without a declaration: {undeclared}")
+    """Every declared kind with its comparator; ImportError when a declared kind
+    has none of its reading (or a comparator has no declaration)."""
     out = {}
     for name, decl in QUALITY_KINDS.items():
-        fn = COMPARATORS[name]
-        out[name] = (QualityKind(decl, files=fn) if decl.reads == "files"  # type: ignore[arg-type]
-                     else QualityKind(decl, outputs=fn))  # type: ignore[arg-type]
+        checks = OUTPUT_CHECKS if decl.reads == "outputs" else FILE_CHECKS
+        if name not in checks:
+            raise ImportError(f"quality kind '{name}' ({decl.reads}) has no comparator")
+        out[name] = QualityKind(decl, outputs=OUTPUT_CHECKS.get(name), files=FILE_CHECKS.get(name))
+    stray = sorted((set(OUTPUT_CHECKS) | set(FILE_CHECKS)) - set(out))
+    if stray:
+        raise ImportError(f"comparators without a declared quality kind: {stray}")
     return out
 
 
