@@ -103,8 +103,9 @@ def test_config_is_a_serving_task_with_hidden_texts():
     assert spec.verify.objective.metric == "throughput" and spec.verify.objective.min_gain <= 0.10
     assert {g.metric for g in spec.verify.guards} >= {"latency_p95_s", "ttfa_p50_s"}
     kinds = {q.kind: q for q in spec.verify.quality}
-    assert set(kinds) == {"wer", "output_length", "waveform"}
+    assert set(kinds) == {"wer", "output_length", "waveform", "spectral"}
     assert kinds["wer"].output == "transcripts" and kinds["waveform"].files == "*.wav"
+    assert kinds["spectral"].files == "*.wav"
     assert {k.name for k in spec.knobs} == {"threads", "rope_variant"}
     for k in spec.knobs:  # the tuner can find and read every knob
         assert read_knob(EXAMPLE, k) in [str(v) for v in k.values]
