@@ -23,6 +23,7 @@ resolve to the run's output dir.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import io
 import json
@@ -32,7 +33,7 @@ import re
 import stat
 import string
 import wave
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -456,9 +457,10 @@ def _mel_to_hz(m: np.ndarray) -> np.ndarray:
     return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
 
 
+@functools.lru_cache(maxsize=8)
 def mel_filterbank(rate: int, n_fft: int, bands: int = MEL_BANDS) -> np.ndarray:
     """(bands x n_fft//2+1) triangular filters, equally spaced on the HTK mel
-    scale from 0 Hz to rate/2, each of unit peak."""
+    scale from 0 Hz to rate/2, each of unit peak (read-only: cached)."""
     edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(rate / 2.0))), bands + 2))
     freqs = np.linspace(0.0, rate / 2.0, n_fft // 2 + 1)
     fb = np.zeros((bands, freqs.size))
@@ -467,28 +469,52 @@ def mel_filterbank(rate: int, n_fft: int, bands: int = MEL_BANDS) -> np.ndarray:
         up = (freqs - lo) / max(mid - lo, 1e-9)
         down = (hi - freqs) / max(hi - mid, 1e-9)
         fb[b] = np.clip(np.minimum(up, down), 0.0, None)
+    fb.setflags(write=False)
     return fb
 
 
-def log_mel(x: np.ndarray, rate: int, n_frames: int | None = None) -> np.ndarray:
-    """(frames x bands) mel band energies of ``x`` (samples in [-1, 1]): Hann
-    windows of ``FRAME_S`` every ``HOP_S``, the signal padded with silence to
-    ``n_frames`` frames when given. Linear power, not yet in dB."""
+def _framing(rate: int) -> tuple[int, int, int]:
+    """(window, hop, FFT size) in samples at ``rate``."""
     win = max(int(round(FRAME_S * rate)), 2)
     hop = max(int(round(HOP_S * rate)), 1)
-    n_fft = 1 << (win - 1).bit_length()
-    frames = n_frames if n_frames is not None else _frame_count(x.size, rate)
-    padded = np.zeros((frames - 1) * hop + win)
-    padded[: min(x.size, padded.size)] = x[: padded.size]
-    idx = np.arange(win)[None, :] + hop * np.arange(frames)[:, None]
-    spec = np.abs(np.fft.rfft(padded[idx] * np.hanning(win)[None, :], n=n_fft, axis=1)) ** 2
-    return spec @ mel_filterbank(rate, n_fft).T
+    return win, hop, 1 << (win - 1).bit_length()
 
 
 def _frame_count(n: int, rate: int) -> int:
-    win = max(int(round(FRAME_S * rate)), 2)
-    hop = max(int(round(HOP_S * rate)), 1)
+    win, hop, _ = _framing(rate)
     return max(1, 1 + math.ceil(max(n - win, 0) / hop))
+
+
+#: Frames per block: the memory of one block stays ~(512 + 64) x 8 bytes a frame.
+_BLOCK_FRAMES = 2048
+
+
+def _mel_blocks(x: np.ndarray, rate: int, frames: int) -> Iterator[np.ndarray]:
+    """Mel band energies (linear power) of ``x`` (samples in [-1, 1]) in blocks
+    of up to ``_BLOCK_FRAMES`` frames: Hann windows of ``FRAME_S`` every
+    ``HOP_S``, the signal padded with silence to ``frames`` frames. Blocks
+    bound the memory whatever the file's length (a candidate's file is
+    untrusted: up to ``MAX_FILE_BYTES``)."""
+    win, hop, n_fft = _framing(rate)
+    fb_t = mel_filterbank(rate, n_fft).T
+    window = np.hanning(win)[None, :]
+    offsets = np.arange(win)[None, :]
+    for first in range(0, frames, _BLOCK_FRAMES):
+        count = min(_BLOCK_FRAMES, frames - first)
+        lo = first * hop
+        seg = np.zeros((count - 1) * hop + win)
+        part = x[lo : lo + seg.size]
+        seg[: part.size] = part
+        idx = offsets + hop * np.arange(count)[:, None]
+        spec = np.abs(np.fft.rfft(seg[idx] * window, n=n_fft, axis=1)) ** 2
+        yield spec @ fb_t
+
+
+def log_mel(x: np.ndarray, rate: int, n_frames: int | None = None) -> np.ndarray:
+    """(frames x bands) mel band energies of ``x``, linear power (see
+    ``_mel_blocks``), over ``n_frames`` frames (default: enough for ``x``)."""
+    frames = n_frames if n_frames is not None else _frame_count(x.size, rate)
+    return np.concatenate(list(_mel_blocks(np.asarray(x, dtype=np.float64), rate, frames)))
 
 
 def log_mel_distance(cand: np.ndarray, ref: np.ndarray, rate: int) -> float:
@@ -498,12 +524,15 @@ def log_mel_distance(cand: np.ndarray, ref: np.ndarray, rate: int) -> float:
     floored ``FLOOR_DB`` below the reference's loudest band-frame, so what
     both leave near silence does not count. 0.0 when identical."""
     frames = max(_frame_count(cand.size, rate), _frame_count(ref.size, rate))
-    mc = log_mel(np.asarray(cand, dtype=np.float64), rate, frames)
-    mr = log_mel(np.asarray(ref, dtype=np.float64), rate, frames)
-    top = float(mr.max()) if mr.size else 0.0
+    c = np.asarray(cand, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    top = max((float(b.max()) for b in _mel_blocks(r, rate, frames)), default=0.0)
     floor = max(top, 1e-20) * 10.0 ** (-FLOOR_DB / 10.0)
-    diff = 10.0 * np.log10(mc + floor) - 10.0 * np.log10(mr + floor)
-    return float(np.mean(np.sqrt(np.mean(diff**2, axis=1))))
+    total = 0.0
+    for bc, br in zip(_mel_blocks(c, rate, frames), _mel_blocks(r, rate, frames), strict=True):
+        diff = 10.0 * np.log10(bc + floor) - 10.0 * np.log10(br + floor)
+        total += float(np.sum(np.sqrt(np.mean(diff**2, axis=1))))
+    return total / frames
 
 
 def _spectral_files(

@@ -127,6 +127,19 @@ def test_the_distance_is_zero_on_identical_audio_and_counts_missing_audio():
     assert not ok and "sample rate 22050 vs Bk 16000" in detail
 
 
+def test_long_files_are_measured_in_blocks_with_the_same_result(monkeypatch):
+    """A candidate's file is untrusted (up to 256 MiB): frames are taken in
+    blocks, so memory stays bounded, and the distance is the one-pass value."""
+    import verifier.quality as quality
+
+    bk = np.concatenate(list(_audio("bk").values()) * 12)  # 24 s: more than one block
+    cand = _noise(bk, 30)
+    assert quality._frame_count(bk.size, RATE) > quality._BLOCK_FRAMES
+    blocked = log_mel_distance(cand, bk, RATE)
+    monkeypatch.setattr(quality, "_BLOCK_FRAMES", 10**9)
+    assert abs(log_mel_distance(cand, bk, RATE) - blocked) < 1e-9 and blocked > 2 * SPECTRAL_MAX_DB
+
+
 def test_every_candidate_run_is_judged_and_the_first_failing_run_decides(tmp_path):
     """Through the Evaluator: the reference arm's run of the same index, the
     first failing run named; an honest change is a visible tradeoff line."""
