@@ -61,6 +61,7 @@ from verifier.config import (
     default_bound,
     percentile_name,
 )
+from verifier.qualitykinds import SPECTRAL_MAX_DB
 
 SAFE_AGENT_KINDS = ("tuner", "replay")
 """Kinds a proposal may pick without the repo's ``allowed_kinds``: no external
@@ -121,7 +122,7 @@ QUALITY_FIELDS: dict[str, str] = {
 #: Hard caps on the bounds of a quality guard a proposal adds.
 _QUALITY_CAPS = {"max": 1.0, "max_delta": 1.0, "max_change": 0.5, "rtol": 1.0, "atol": 1.0,
                  "max_db": 3.0}
-_QUALITY_DEFAULTS = {"output_length": {"max_change": 0.02}}
+_QUALITY_DEFAULTS = {"output_length": {"max_change": 0.02}, "spectral": {"max_db": SPECTRAL_MAX_DB}}
 MAX_MIN_GAIN = 10.0
 
 
