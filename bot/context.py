@@ -15,6 +15,7 @@ from bot.gh import GitHubPort
 from bot.harness_port import HarnessPort
 from bot.settings import Settings
 from bot.store import Store
+from bot.webhook import Event
 
 TRUSTED_ROLES = ("write", "maintain", "admin")
 
@@ -26,6 +27,10 @@ class Context:
     gh: GitHubPort
     harness: HarnessPort
     clock: Callable[[], float] = time.time
+    route: Callable[[Context, Event], str] | None = None
+    """Hands a webhook event to its handler (:func:`bot.handlers.route`, wired by
+    :mod:`bot.service`; the ``event`` job calls it, so the jobs never import the
+    handlers, which queue the jobs)."""
     _login: str | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -74,7 +74,9 @@ def get_logger(name: str) -> Any:
 
 def job_ids(job: Any) -> dict[str, Any]:
     """The ids a job's log lines carry: job id and kind, its delivery, its task."""
-    payload = getattr(job, "payload", None) or {}
+    payload = getattr(job, "payload", None)
+    if not isinstance(payload, dict):  # a payload that does not fit fails its job, not this
+        payload = {}
     ids: dict[str, Any] = {"job_id": job.id, "job_kind": job.kind}
     if payload.get("delivery_id") is not None:
         ids["delivery_id"] = str(payload["delivery_id"])[:200]

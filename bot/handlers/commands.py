@@ -24,9 +24,10 @@ from typing import Any
 
 from bot import checks, obs, render, replies
 from bot.context import TRUSTED_ROLES, Context, sender_of, task_lane
+from bot.payloads import RebaselinePayload, ReverifyPayload, RunTaskPayload
 from bot.status import refresh_status, task_usage
 from bot.store import Task
-from bot.vocab import ACTIVE, DEAD_ENDS, TASK_STATE_WORDS, CandidateState, JobKind, TaskState
+from bot.vocab import ACTIVE, DEAD_ENDS, TASK_STATE_WORDS, CandidateState, TaskState
 
 EVENTS = ("issue_comment.created",)
 
@@ -227,7 +228,7 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
         if task.state in DEAD_ENDS:
             return False, (f"the task is {task.state}; fix the proposal and add the label again")
         ctx.store.update_task(task.id, stop=False, state=TaskState.QUEUED)
-        ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": task.id, "generation": task.generation},
+        ctx.store.enqueue_job(RunTaskPayload(task_id=task.id, generation=task.generation),
                           lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
         refresh_status(ctx, task.id)
         return True, ""
@@ -236,14 +237,13 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
         ctx.store.update_task(task.id, budget=n)
         if task.state == TaskState.FINISHED and n > task.rounds_done and not task.stop:
             ctx.store.update_task(task.id, state=TaskState.QUEUED)
-            ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": task.id, "generation": task.generation},
+            ctx.store.enqueue_job(RunTaskPayload(task_id=task.id, generation=task.generation),
                               lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
         refresh_status(ctx, task.id)
         used = task_usage(ctx, task)  # rsi-agents: what the rounds have spent so far
         return True, (f"budget: {n} rounds; {render.usage_line(used)}" if used else "")
     if cmd.name == "rebaseline":
-        ctx.store.enqueue(JobKind.REBASELINE, {"task_id": task.id, "ref": None,
-                                               "merged_pr": None, "requested_by": user},
+        ctx.store.enqueue_job(RebaselinePayload(task_id=task.id),
                           lane=lane, key=f"rebaseline:{task.id}:{delivery}")
         return True, "rebaselining on the default branch; open candidates will be re-verified."
     edit, why = (_approved_edit(task, cmd.args[0] if cmd.args else None, seen)
@@ -265,9 +265,7 @@ def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, use
         if not cands:
             return False, "there is no open candidate to re-verify"
         for c in cands:
-            checks.queue_job(ctx, task, JobKind.REVERIFY,
-                             {"task_id": task.id, "n": c.n, "rebase": False, "reason": "rerun",
-                              "requested_by": user},
+            checks.queue_job(ctx, task, ReverifyPayload(task_id=task.id, n=c.n, requested_by=user),
                              key=f"reverify:{task.id}:{c.n}:{delivery}", head_sha=c.sha, n=c.n)
         return True, ""
     return False, "unknown command"

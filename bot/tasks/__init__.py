@@ -30,17 +30,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bot.payloads import (
+    EventPayload,
+    JobPayload,
+    PayloadError,
+    PublishPayload,
+    RebaselinePayload,
+    ReverifyPayload,
+    RunTaskPayload,
+)
 from bot.tasks import publish as _publish
 from bot.tasks import rebaseline as _rebaseline
 from bot.tasks import reverify as _reverify
 from bot.tasks import run as _run
 from bot.tasks.event import handle_event
 from bot.vocab import JobKind
+from bot.worker import JobRun, Permanent
 
 
 @dataclass(frozen=True)
 class Job:
     kind: JobKind
+    payload: type[JobPayload]
+    """The job's payload model: built at every enqueue, validated again at claim."""
     run: Callable[..., str]
     """``run(ctx, job_run) -> outcome``: the job, in this process."""
     heavy: bool = False
@@ -51,22 +63,43 @@ class Job:
     """``ingest(ctx, task, clone, job_doc, result, *, heads, events, job_id)``: a
     runner's result, applied as the local run would have."""
 
+    def __post_init__(self) -> None:
+        if self.payload.kind != self.kind:
+            raise TypeError(f"job {self.kind} registered with {self.payload.__name__}, "
+                            f"the payload of {self.payload.kind}")
+
 
 JOBS: dict[JobKind, Job] = {job.kind: job for job in (
-    Job(JobKind.EVENT, handle_event),
-    Job(JobKind.PUBLISH, _publish.publish),
-    Job(JobKind.RUN_TASK, _run.run_task, heavy=True, on_runner=_run.on_runner,
+    Job(JobKind.EVENT, EventPayload, handle_event),
+    Job(JobKind.PUBLISH, PublishPayload, _publish.publish),
+    Job(JobKind.RUN_TASK, RunTaskPayload, _run.run_task, heavy=True, on_runner=_run.on_runner,
         ingest=_run.ingest),
-    Job(JobKind.REBASELINE, _rebaseline.rebaseline, heavy=True,
+    Job(JobKind.REBASELINE, RebaselinePayload, _rebaseline.rebaseline, heavy=True,
         on_runner=_rebaseline.on_runner, ingest=_rebaseline.ingest),
-    Job(JobKind.REVERIFY, _reverify.reverify, heavy=True, on_runner=_reverify.on_runner,
-        ingest=_reverify.ingest),
+    Job(JobKind.REVERIFY, ReverifyPayload, _reverify.reverify, heavy=True,
+        on_runner=_reverify.on_runner, ingest=_reverify.ingest),
 )}
 
 
 def job(kind: str) -> Job:
     """The registered job of ``kind`` (``KeyError`` names the known kinds)."""
     try:
-        return JOBS[kind]
+        return JOBS[kind]  # type: ignore[index]  # a JobKind is its string
     except KeyError:
         raise KeyError(f"unknown job kind {kind!r} (known: {', '.join(JOBS)})") from None
+
+
+def claimed(run: JobRun) -> Job:
+    """The registered job of a claimed job, its payload validated against the job's
+    model (``run.args``). An unknown kind or a payload that does not fit fails
+    that job at once (:class:`Permanent`, with what is wrong), never the worker."""
+    try:
+        registered = job(run.job.kind)
+    except KeyError as e:
+        raise Permanent(f"job {run.job.id}: {e.args[0]}") from None
+    try:
+        run.args = registered.payload.load(run.job.payload)
+    except PayloadError as e:
+        raise Permanent(f"job {run.job.id}: {e}") from None
+    return registered
+
