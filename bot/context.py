@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bot.command_table import WRITERS
 from bot.gh import GitHubPort
 from bot.harness_port import HarnessPort
 from bot.settings import Settings
 from bot.store import Store
 from bot.webhook import Event
 
-TRUSTED_ROLES = ("write", "maintain", "admin")
+TRUSTED_ROLES = WRITERS  # who may add the label or run a command
 
 
 @dataclass
