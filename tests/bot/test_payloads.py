@@ -153,3 +153,14 @@ def _claimed_job(kind: str, payload: dict):
 
     return ClaimedJob(1, kind, payload, 1, 8, None, "w")
 
+
+
+def test_a_runner_refuses_a_job_whose_payload_does_not_fit(tmp_path):
+    from bot.executors.actions import JOB_SCHEMA
+    from bot.executors.remote import execute
+
+    job = {"schema": JOB_SCHEMA, "kind": "reverify", "payload": {"task_id": 1}, "repo": "o/r",
+           "issue": 1, "generation": 1, "task_id": "issue-1"}
+    result = execute(job, repo=tmp_path, out=tmp_path / "out", state_dir=tmp_path / "state")
+    assert "ReverifyPayload" in result["error"] and "n: Field required" in result["error"]
+    assert (tmp_path / "out" / "result.json").exists()  # reported, never raised
