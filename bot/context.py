@@ -43,7 +43,7 @@ class Context:
             return self._login
 
     def is_us(self, login: str | None) -> bool:
-        return bool(login) and login.lower() == self.login().lower()
+        return login is not None and login != "" and login.lower() == self.login().lower()
 
     def task_dir(self, repo: str, issue: int) -> Path:
         owner, _, name = repo.partition("/")

@@ -35,7 +35,7 @@ JOB_DURATION = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200,
              float("inf")))
 
-_SHARED = [
+_SHARED: list[Any] = [
     structlog.contextvars.merge_contextvars,
     structlog.processors.add_log_level,
     structlog.stdlib.add_logger_name,

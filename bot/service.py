@@ -27,11 +27,12 @@ log = logging.getLogger("rsi.bot")
 
 
 def build_port(settings: Settings) -> GitHubPort:
-    kw = {"base_url": settings.github_api_url, "throttle": settings.github_throttle}
-    if settings.uses_app:
-        return PyGithubPort.from_app(settings.github_app_id, settings.github_private_key,
+    kw: dict[str, Any] = {"base_url": settings.github_api_url,
+                          "throttle": settings.github_throttle}
+    if settings.uses_app:  # settings refuse an App without its id and key
+        return PyGithubPort.from_app(settings.github_app_id or "", settings.github_private_key or "",
                                      installation_id=settings.github_installation_id, **kw)
-    return PyGithubPort.from_token(settings.github_token, **kw)
+    return PyGithubPort.from_token(settings.github_token or "", **kw)
 
 
 def build_context(settings: Settings, *, store: Store | None = None,

@@ -144,7 +144,9 @@ class ActionsExecutor:
         run_id = ctx.gh.dispatch_workflow(repo, ctx.settings.job_workflow, ref, inputs)
         crash.point("dispatched")
         if not run_id:  # a GitHub without return_run_details: the run carries the nonce
-            run_id = find_run(ctx, repo, nonce, since=ctx.store.dispatch(nonce).created_at)
+            recorded = ctx.store.dispatch(nonce)
+            run_id = find_run(ctx, repo, nonce,
+                              since=recorded.created_at if recorded else ctx.clock())
         if run_id:
             ctx.store.set_dispatch_run(nonce, int(run_id))
         checks.dispatched(ctx, repo, run.job.id, int(run_id) if run_id else None, labels)

@@ -85,7 +85,7 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
                                state=TaskState.QUEUED, summary=summary, budget=budget,
                                b0_sha=None, bk_sha=None)
     checks.supersede(ctx, task)
-    checks.queue_job(ctx, ctx.store.task(task.id),
+    checks.queue_job(ctx, ctx.store.task(task.id) or task,
                      RunTaskPayload(task_id=task.id, generation=task.generation),
                      key=f"run:{task.id}:{task.generation}")
     note = "Accepted. The baseline is measured first, then the rounds run." + (

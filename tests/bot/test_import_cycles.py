@@ -33,8 +33,8 @@ def _imports(tree: ast.AST, name: str, is_pkg: bool) -> list[str]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _type_checking_only(node):
-            for child in node.orelse:
-                visit(child)
+            for stmt in node.orelse:
+                visit(stmt)
             return
         if isinstance(node, ast.Import):
             found.extend(a.name for a in node.names)
