@@ -16,6 +16,12 @@ target's runners, where ``rsi worker --job`` calls :attr:`Job.on_runner`, and
 the result is applied by :attr:`Job.ingest`). The service, both executors and
 the runner's side all look jobs up here.
 
+Each job carries its payload model (:mod:`bot.payloads`): every enqueue site
+builds it, and :func:`claimed` validates a claimed job's payload against it
+before the job runs (a payload that does not fit fails that job, never the
+worker). The ``event`` job hands its delivery to ``ctx.route`` (the handlers,
+wired by the service), so no job imports the handlers that queue it.
+
 Every job is idempotent (a job may run twice after a crash): branches are
 force-pushed to the same name, a PR is looked up by its head before one is
 opened, sticky comments are edited in place, follow-up jobs are enqueued with
