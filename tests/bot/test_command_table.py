@@ -49,3 +49,29 @@ def test_the_status_footer_lists_every_command_once():
     pr_part = footer.split("on a PR:")[1]
     assert re.findall(r"`(/rsi [^`]*)`", pr_part) == [c.shown for c in TABLE
                                                        if c.where == Where.PR]
+
+
+@pytest.fixture
+def target(make_repo, fake_github, tmp_path):
+    from tests.bot.fakeharness import target_tree
+
+    repo = make_repo(target_tree(tmp_path / "seed"))
+    fake_github.set_role(repo, "alice", "write")
+    fake_github.set_role(repo, "rita", "read")
+    return repo
+
+
+def test_replies_through_the_handler(make_bot, fake_github, target):
+    from tests.bot.fakeharness import FakeHarness
+
+    bot = make_bot(FakeHarness())
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    d = bot.deliver(fake_github.comment(target, n, "/rsi launch\n\n/rsi help", by="alice"))
+    assert bot.result_of(d) == "launch: refused (unknown command; /rsi help lists them); help: done"
+    unknown, helped = [c.body for c in fake_github.comments(target, n)
+                       if c.user.login == "rsi-bot[bot]"]
+    # the same reply as before the table: the refusal with the command as written
+    assert render.refusal("alice", "launch", "unknown command; /rsi help lists them") in unknown
+    assert render.ack("alice", render.help_text("rsi")) in helped
+    d = bot.deliver(fake_github.comment(target, n, "/rsi status", by="rita"))
+    assert bot.result_of(d) == "refused: rita is read"  # who may run it: the table's roles
