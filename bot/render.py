@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from bot import command_table
 from bot.vocab import (
     KEPT,
     LEDGER_STATUS,
@@ -281,8 +282,7 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
             hyp = inert(c.hypothesis or "", one_line=True, max_len=120)
             lines.append(f"| {c.n} | {style.emoji} {style.words} | {hyp} | {pr} |")
         lines.append("")
-    lines.append("_Commands: `/rsi status`, `/rsi stop`, `/rsi resume`, `/rsi budget N`, "
-                 "`/rsi rebaseline`, `/rsi help`; on a PR: `/rsi rerun`._")
+    lines.append(command_table.footer())
     return with_marker("\n".join(lines), STATUS)
 
 
@@ -307,21 +307,7 @@ def usage_line(usage: dict[str, Any]) -> str:
 
 
 def help_text(label: str = "rsi") -> str:
-    return "\n".join([
-        "**rsi-bot commands** (one per line, at the start of the line; people with write, "
-        "maintain or admin access):", "",
-        f"- add the `{label}` label to a proposal issue: start a task (a newer label supersedes)",
-        "- `/rsi rerun`: on a bot PR, re-verify its head against the current Bk; on the issue, "
-        "every open candidate, or, when the issue was edited after the label, run the edit as "
-        "it read when you commented (`/rsi rerun <digest>`: exactly the text with the digest "
-        "the status comment shows)",
-        "- `/rsi status`: refresh the status comment",
-        "- `/rsi stop` / `/rsi resume`: pause and continue the rounds",
-        "- `/rsi budget N`: set the number of rounds to N",
-        "- `/rsi rebaseline`: measure the default branch as the new Bk and re-verify open "
-        "candidates",
-        "- `/rsi help`: this text",
-    ])
+    return command_table.help_text(label)
 
 
 DIGEST_CHARS = 32

@@ -63,6 +63,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from bot.payloads import EventPayload, JobPayload
 from bot.vocab import CandidateState, JobKind, TaskState
 
 JOB_STATES = ("queued", "running", "done", "failed")
@@ -381,7 +382,8 @@ class Store:
                 else {x for x in [conn.execute(self._ins_delivery, rows[0]).scalar()] if x}
             if not claimed:
                 return [None] * len(items)
-            jobs = [{"kind": JobKind.EVENT, "payload": {"delivery_id": d}, "state": "queued",
+            jobs = [{"kind": JobKind.EVENT, "payload": EventPayload(delivery_id=d).dump(),
+                     "state": "queued",
                      "lane": None, "key": f"event:{d}", "attempts": 0, "max_attempts": self.max_attempts,
                      "next_run_at": now, "lease_owner": None, "lease_until": None,
                      "created_at": now, "updated_at": now, "last_error": None, "result": None}
@@ -439,6 +441,14 @@ class Store:
             ins = self._insert(Job).values(**values).on_conflict_do_nothing(
                 index_elements=["key"]).returning(Job.id)
             return s.execute(ins).scalar()
+
+    def enqueue_job(self, payload: JobPayload, *, lane: str | None = None,
+                    key: str | None = None, delay_s: float = 0.0,
+                    max_attempts: int | None = None) -> int | None:
+        """Queue the job of ``payload``'s kind (:mod:`bot.payloads`), validated on
+        the way in; as :meth:`enqueue` otherwise."""
+        return self.enqueue(payload.kind, payload.dump(), lane=lane, key=key, delay_s=delay_s,
+                            max_attempts=max_attempts)
 
     def claim(self, owner: str, *, lease_s: float = 60.0,
               kinds: Iterable[str] | None = None) -> ClaimedJob | None:

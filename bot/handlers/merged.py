@@ -12,8 +12,9 @@ from typing import Any
 
 from bot import render
 from bot.context import Context, our_candidate_pr, task_lane
+from bot.payloads import RebaselinePayload
 from bot.status import refresh_status
-from bot.vocab import CandidateState, JobKind, TaskState
+from bot.vocab import CandidateState, TaskState
 
 EVENTS = ("pull_request.closed",)
 
@@ -38,9 +39,8 @@ def handle(ctx: Context, event: Any) -> str:
     sha = pr.get("merge_commit_sha")
     ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation,
                                state=CandidateState.MERGED)
-    ctx.store.enqueue(JobKind.REBASELINE,
-                      {"task_id": task.id, "ref": sha, "merged_pr": int(number)},
-                      lane=task_lane(task.id), key=f"rebaseline:{task.id}:merge:{number}")
+    ctx.store.enqueue_job(RebaselinePayload(task_id=task.id, ref=sha, merged_pr=int(number)),
+                          lane=task_lane(task.id), key=f"rebaseline:{task.id}:merge:{number}")
     ctx.store.update_task(task.id, state=TaskState.REBASELINING)
     refresh_status(ctx, task.id, note=f"#{int(number)} merged: measuring `{render.short_sha(sha)}` "
                                       "as the new Bk, then re-verifying the open candidates.")

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 from bot import render, sticky
 from bot.context import Context, task_lane
 from bot.harness_port import SpecError
+from bot.payloads import RebaselinePayload, RunTaskPayload
 from bot.status import refresh_status
 from bot.store import Candidate, Task
 from bot.tasks.clone import commit_of, ensure_clone, load_spec, push
-from bot.tasks.common import best_effort, task_of
+from bot.tasks.common import best_effort, payload_of, task_of
 from bot.tasks.publish import post_report, verdict_of
-from bot.vocab import DEAD_ENDS, REVERIFIABLE, CandidateState, JobKind, TaskState
+from bot.vocab import DEAD_ENDS, REVERIFIABLE, CandidateState, TaskState
 from bot.worker import JobRun, Permanent
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def rebaseline(ctx: Context, run: JobRun) -> str:
                     note="Nothing to rebaseline yet: the baseline has not been measured.")
         return "no task state yet"
     clone, default = ensure_clone(ctx, task)
-    ref = run.payload.get("ref") or f"origin/{default}"
+    p = run.args_as(RebaselinePayload)
+    ref = p.ref or f"origin/{default}"
     sha = commit_of(clone, ref)
     if sha is None:
         raise Permanent(f"{ref} is not a commit of {task.repo}")
@@ -49,7 +51,7 @@ def rebaseline(ctx: Context, run: JobRun) -> str:
     best_effort(refresh_status, ctx, task.id)
     old_shas = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
     result = ctx.harness.rebaseline(clone, spec, sha, state_dir=state_dir)
-    return apply_rebaseline(ctx, task, clone, sha, run.payload.get("merged_pr"), result, old_shas)
+    return apply_rebaseline(ctx, task, clone, sha, p.merged_pr, result, old_shas)
 
 
 def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr: int | None,
@@ -96,8 +98,8 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
     more = (not t.stop and t.budget is not None and t.rounds_done < t.budget
             and t.state not in DEAD_ENDS)
     if more:
-        ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": t.id, "generation": t.generation},
-                          lane=task_lane(t.id), key=f"run:{t.id}:{t.generation}:bk:{sha}")
+        ctx.store.enqueue_job(RunTaskPayload(task_id=t.id, generation=t.generation),
+                              lane=task_lane(t.id), key=f"run:{t.id}:{t.generation}:bk:{sha}")
     ctx.store.update_task(task.id, state=TaskState.QUEUED if more else (
         TaskState.STOPPED if t.stop else TaskState.FINISHED))
     summary = render.inert(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())),
@@ -127,7 +129,7 @@ def _report_conflict(ctx: Context, task: Task, cand: Candidate, merged_pr: int |
 
 def on_runner(harness: Any, repo: Path, spec: Any, job: dict[str, Any], *, state_dir: Path,
               default: str, on_event: Callable[[Any], None]) -> dict[str, Any]:
-    ref = job["payload"].get("ref") or f"origin/{default}"
+    ref = payload_of(job, RebaselinePayload).ref or f"origin/{default}"
     res = harness.rebaseline(repo, spec, ref, state_dir=state_dir, on_event=on_event)
     return {"rebaseline": res.model_dump(mode="json", by_alias=True)}
 
@@ -140,9 +142,10 @@ def ingest(ctx: Context, task: Task, clone: Path, job: dict[str, Any], result: d
         res = RebaselineResult.model_validate(result.get("rebaseline"))
     except ValueError as e:
         raise Permanent(f"the runner's result has no valid rebaseline: {str(e)[:300]}") from None
-    sha = job["payload"].get("ref") or res.bk_sha
+    p = payload_of(job, RebaselinePayload)
+    sha = p.ref or res.bk_sha
     if not isinstance(sha, str) or not commit_of(clone, sha):
         raise Permanent(f"the rebaseline result names an unknown commit {str(sha)[:40]!r}")
     old = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
-    return apply_rebaseline(ctx, task, clone, sha, job["payload"].get("merged_pr"), res, old,
+    return apply_rebaseline(ctx, task, clone, sha, p.merged_pr, res, old,
                             heads=heads)

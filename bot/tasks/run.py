@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from bot import checks, render
 from bot.context import Context, harness_task_id
 from bot.harness_port import SpecError
+from bot.payloads import PublishPayload, RunTaskPayload
 from bot.status import refresh_status
 from bot.store import Candidate, Task
 from bot.tasks.clone import ensure_clone, ledger, load_spec
@@ -118,7 +119,7 @@ class RunWatcher:
 
 def run_task(ctx: Context, run: JobRun) -> str:
     task = task_of(ctx, run)
-    gen = run.payload["generation"]
+    gen = run.args_as(RunTaskPayload).generation
     if task.generation != gen:
         return "superseded"
     if task.stop:
@@ -213,8 +214,8 @@ def _record(ctx: Context, task: Task, gen: int, rec: LedgerRecord) -> Candidate:
 
 
 def _enqueue_publish(ctx: Context, task: Task, gen: int, n: int, sha: str | None) -> None:
-    ctx.store.enqueue(JobKind.PUBLISH, {"task_id": task.id, "generation": gen, "n": n},
-                      lane=f"publish:{task.id}", key=f"publish:{task.id}:{gen}:{n}:{sha}")
+    ctx.store.enqueue_job(PublishPayload(task_id=task.id, generation=gen, n=n),
+                          lane=f"publish:{task.id}", key=f"publish:{task.id}:{gen}:{n}:{sha}")
 
 
 def _republish(ctx: Context, task: Task) -> None:
