@@ -375,6 +375,10 @@ class Hidden(_Model):
     """Set for verifier runs only."""
     seed_env: str | None = None
     """Runner env var whose value becomes ``RSI_SEED`` in verifier runs."""
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    """A hidden seed drawn for one measurement, given as ``RSI_SEED`` in place of
+    ``seed_env``'s value (the watch after merge draws a fresh one and records
+    it); ``seed_env`` is still kept out of the runs' environment."""
 
 
 class VerifyConfig(_Model):

@@ -1,4 +1,10 @@
-"""``rebaseline``: a merge made a new Bk; every open candidate is judged again on it."""
+"""``rebaseline``: a merge made a new Bk; every open candidate is judged again on it.
+
+After a merge of one of our PRs (payload ``watch``), the watch after merge
+(``harness.watch``) measures the merge commit against its parent again, with a
+fresh hidden-input draw and more requests; when the PR's claim does not hold,
+the bot comments on the merged PR with both reports and, per ``[bot]
+on_failed_watch``, opens a PR reverting the merge (label ``rsi:revert``)."""
 
 from __future__ import annotations
 
@@ -7,12 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot import render, sticky
+from bot import render, replies, sticky
 from bot.context import Context, task_lane
+from bot.gh import PullInfo
 from bot.harness_port import SpecError
 from bot.status import refresh_status
 from bot.store import Candidate, Task
-from bot.tasks.clone import commit_of, ensure_clone, load_spec, push
+from bot.tasks.clone import commit_of, ensure_clone, load_spec, push, revert_branch
 from bot.tasks.common import best_effort, task_of
 from bot.tasks.publish import post_report, verdict_of
 from bot.vocab import DEAD_ENDS, REVERIFIABLE, CandidateState, JobKind, TaskState
@@ -20,6 +27,9 @@ from bot.worker import JobRun, Permanent
 
 if TYPE_CHECKING:
     from harness.loop import RebaselineResult
+    from harness.spec import TaskSpec
+    from harness.watch import WatchResult
+    from verifier.verdict import Verdict
 
 log = logging.getLogger("rsi.bot.tasks")
 
@@ -49,7 +59,15 @@ def rebaseline(ctx: Context, run: JobRun) -> str:
     best_effort(refresh_status, ctx, task.id)
     old_shas = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
     result = ctx.harness.rebaseline(clone, spec, sha, state_dir=state_dir)
-    return apply_rebaseline(ctx, task, clone, sha, run.payload.get("merged_pr"), result, old_shas)
+    merged_pr = run.payload.get("merged_pr")
+    watched: WatchResult | str | None = None
+    if wants_watch(ctx, task, spec, run.payload, sha):
+        try:
+            watched = ctx.harness.watch(clone, spec, sha, state_dir=state_dir)
+        except (ValueError, OSError) as e:  # git could not resolve it: said, not a failure
+            watched = f"the watch could not run: {e}"
+    done = apply_rebaseline(ctx, task, clone, sha, merged_pr, result, old_shas)
+    return done + apply_watch(ctx, task, clone, default, spec, merged_pr, watched)
 
 
 def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr: int | None,
@@ -122,6 +140,99 @@ def _report_conflict(ctx: Context, task: Task, cand: Candidate, merged_pr: int |
                             title="conflicts with the new baseline", summary=text)
 
 
+# ------------------------------------------------------------ the watch after merge
+
+
+def revert_branch_name(pr: int) -> str:
+    """The revert PR's head: never ``rsi/...`` (those are candidates)."""
+    return f"rsi-revert/{int(pr)}"
+
+
+def _watch_job(sha: str) -> str:
+    return f"watch-{render.short_sha(sha).lower()}"
+
+
+def wants_watch(ctx: Context, task: Task, spec: TaskSpec, payload: dict[str, Any], sha: str) -> bool:
+    """A merge of our candidate PR (the ``merged`` handler's ``watch`` flag), a
+    repo that has not turned the watch off, and no earlier run of this job that
+    already reported (its comment or its revert PR): a job run again after a
+    crash does not measure, comment or revert twice."""
+    pr = payload.get("merged_pr")
+    if not payload.get("watch") or not isinstance(pr, int) or spec.bot.on_failed_watch == "off":
+        return False
+    if replies.find(ctx, task.repo, pr, replies.reply_kind(_watch_job(sha), "report")):
+        return False
+    return _our_revert_pr(ctx, task.repo, pr) is None
+
+
+def _our_revert_pr(ctx: Context, repo: str, pr: int) -> PullInfo | None:
+    branch = revert_branch_name(pr)
+    for p in ctx.gh.list_pulls(repo, head_prefix=branch, state="all"):
+        if p.head_ref == branch and ctx.is_us(p.user):
+            return p
+    return None
+
+
+def apply_watch(ctx: Context, task: Task, clone: Path, default: str, spec: TaskSpec,
+                merged_pr: int | None, watched: WatchResult | str | None) -> str:
+    """Judge the watch against the PR's claim; on a failure, per ``[bot]
+    on_failed_watch``: open the revert PR (``revert-pr``) and comment on the
+    merged PR with both reports side by side (``revert-pr``, ``comment``)."""
+    from harness.watch import WatchOutcome, judge_watch
+
+    if watched is None or merged_pr is None:
+        return ""
+    if isinstance(watched, str):
+        log.warning("watch of #%s: %s", merged_pr, watched)
+        return f"; watch: {render.inert(watched, one_line=True, max_len=200)}"
+    found = ctx.store.candidate_by_pr(task.repo, merged_pr)
+    claim = verdict_of(found[1]) if found is not None else None
+    finding = judge_watch(claim, watched.verdict, spec.min_gain)
+    log.info("watch of #%s (%s, hidden seed %s): %s %s", merged_pr, watched.merge_sha[:12],
+             watched.hidden_seed, finding.outcome, "; ".join(finding.reasons))
+    if finding.outcome != WatchOutcome.FAILED:
+        return f"; watch: {finding.outcome}"
+    policy = spec.bot.on_failed_watch
+    revert: int | None = None
+    problem = ""
+    if policy == "revert-pr":
+        revert, problem = _open_revert(ctx, task, clone, default, merged_pr, claim, watched,
+                                       finding.reasons)
+    body = render.watch_comment(pr=merged_pr, claim=claim, watched=watched,
+                                reasons=finding.reasons, policy=policy, revert_pr=revert,
+                                revert_problem=problem)
+    replies.reply(ctx, task.repo, merged_pr, body, job=_watch_job(watched.merge_sha), step="report")
+    best_effort(refresh_status, ctx, task.id,
+                note=f"⚠️ #{merged_pr}'s gain did not hold after the merge"
+                + (f": #{revert} reverts it." if revert else "."))
+    return "; watch: failed" + (f", revert #{revert}" if revert else "")
+
+
+def _open_revert(ctx: Context, task: Task, clone: Path, default: str, merged_pr: int,
+                 claim: Verdict | None, watched: WatchResult, reasons: tuple[str, ...]
+                 ) -> tuple[int | None, str]:
+    """(the revert PR, "") or (None, why not). Found again by its head before one
+    is opened (one revert PR per merged PR, however often this runs)."""
+    branch = revert_branch_name(merged_pr)
+    pull = _our_revert_pr(ctx, task.repo, merged_pr)
+    if pull is None:
+        if revert_branch(clone, branch, watched.merge_sha, f"origin/{default}") is None:
+            return None, (f"reverting `{render.short_sha(watched.merge_sha)}` conflicts with "
+                          f"`{default}` as it is now: revert it by hand")
+        push(ctx, task, clone, branch)
+        title = ctx.gh.get_pull(task.repo, merged_pr).title
+        pull = ctx.gh.create_pull(
+            task.repo, title=render.revert_title(merged_pr, title),
+            body=render.revert_pr_body(pr=merged_pr, claim=claim, watched=watched, reasons=reasons),
+            head=branch, base=default, draft=False)
+    ctx.gh.ensure_label(task.repo, render.REVERT_LABEL, color=render.REVERT_LABEL_COLOR,
+                        description=render.REVERT_LABEL_TEXT)
+    ctx.gh.add_labels(task.repo, pull.number, [render.REVERT_LABEL])
+    if task.labeler and not ctx.is_us(task.labeler):
+        best_effort(ctx.gh.request_reviewers, task.repo, pull.number, [task.labeler])
+    return pull.number, ""
+
+
 # ------------------------------------------------------------ on a runner (actions)
 
 
@@ -129,7 +240,16 @@ def on_runner(harness: Any, repo: Path, spec: Any, job: dict[str, Any], *, state
               default: str, on_event: Callable[[Any], None]) -> dict[str, Any]:
     ref = job["payload"].get("ref") or f"origin/{default}"
     res = harness.rebaseline(repo, spec, ref, state_dir=state_dir, on_event=on_event)
-    return {"rebaseline": res.model_dump(mode="json", by_alias=True)}
+    out = {"rebaseline": res.model_dump(mode="json", by_alias=True)}
+    if job["payload"].get("watch") and spec.bot.on_failed_watch != "off":
+        from harness.watch import watch
+
+        try:
+            out["watch"] = watch(repo, spec, ref, state_dir=state_dir, on_event=on_event
+                                 ).model_dump(mode="json", by_alias=True)
+        except (ValueError, OSError) as e:
+            out["watch"] = f"the watch could not run: {str(e)[:300]}"
+    return out
 
 
 def ingest(ctx: Context, task: Task, clone: Path, job: dict[str, Any], result: dict[str, Any], *,
@@ -144,5 +264,28 @@ def ingest(ctx: Context, task: Task, clone: Path, job: dict[str, Any], result: d
     if not isinstance(sha, str) or not commit_of(clone, sha):
         raise Permanent(f"the rebaseline result names an unknown commit {str(sha)[:40]!r}")
     old = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
-    return apply_rebaseline(ctx, task, clone, sha, job["payload"].get("merged_pr"), res, old,
-                            heads=heads)
+    merged_pr = job["payload"].get("merged_pr")
+    done = apply_rebaseline(ctx, task, clone, sha, merged_pr, res, old, heads=heads)
+    watched = _runner_watch(result.get("watch"), sha)
+    if watched is None:
+        return done
+    default = ctx.gh.default_branch(task.repo)
+    spec = load_spec(ctx, task, clone, default)
+    if not wants_watch(ctx, task, spec, job["payload"], sha):
+        return done
+    return done + apply_watch(ctx, task, clone, default, spec, merged_pr, watched)
+
+
+def _runner_watch(raw: Any, sha: str) -> WatchResult | str | None:
+    """A runner's watch: valid, and of the merge commit this job names (else dropped)."""
+    from harness.watch import WatchResult
+
+    if raw is None or isinstance(raw, str):
+        return raw
+    try:
+        w = WatchResult.model_validate(raw)
+    except ValueError as e:
+        return f"the runner's watch is not valid: {str(e)[:200]}"
+    if w.merge_sha != sha:
+        return f"the runner's watch measured {w.merge_sha[:12]}, not the merge {sha[:12]}"
+    return w
