@@ -538,7 +538,7 @@ class PyGithubPort:
     def ensure_label(self, repo: str, name: str, *, color: str, description: str) -> None:
         try:
             self._call("GET", f"/repos/{repo}/labels/{name}",
-                       lambda: self._repo(repo).get_label(name))
+                       lambda: self._repo(repo).get_label(name).color)  # complete the lazy object
         except GitHubError as e:
             if e.status != 404:
                 raise

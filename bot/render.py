@@ -469,7 +469,7 @@ def _decision(v: Verdict | None) -> str:
 
 
 def _guards_text(v: Verdict | None) -> str:
-    if v is None or v.decision == "error":
+    if v is None or v.decision == "error" or not v.guards:
         return "—"
     failed = [g for g in v.guards if g.status == "fail"]
     if failed:
