@@ -11,7 +11,9 @@ on:
    (:func:`watch_spec`, through ``[hidden] seed``);
 2. a larger request set: every benchmark's ``requests`` setting (exported to
    its client as ``RSI_SETTING_REQUESTS``) times :data:`REQUESTS_FACTOR`;
-3. the whole deployment matrix, when the benchmark declares one
+3. the whole deployment matrix, when the benchmark declares one: every
+   secondary cell is measured (after the primary accepts, as in any
+   verification) with :data:`MATRIX_PAIRS_FACTOR` times the matrix's pairs
    (:func:`_whole_matrix`).
 
 :func:`judge_watch` (pure) compares the watch's verdict with the claim: the
@@ -37,6 +39,7 @@ from harness.events import LoopEvent
 from harness.gitutil import rev_parse
 from harness.spec import TaskSpec
 from harness.verification import VerifierBackend, make_backend
+from verifier.config import VerifyConfig
 from verifier.verdict import Interval, ObjectiveResult, Verdict
 
 REQUESTS_FACTOR = 4
@@ -80,34 +83,45 @@ class WatchFinding(BaseModel):
 
 def watch_spec(spec: TaskSpec, *, seed: int, factor: int = REQUESTS_FACTOR
                ) -> tuple[TaskSpec, dict[str, int]]:
-    """``spec`` for a watch: ``[hidden] seed = seed`` and each benchmark's integer
-    ``requests`` setting times ``factor`` (in the model and in the config text a
-    verifier in its own process reads). Returns it with the request counts set."""
+    """``spec`` for a watch: ``[hidden] seed = seed``, each benchmark's integer
+    ``requests`` setting times ``factor`` and its whole matrix
+    (:func:`_whole_matrix`). The config text a verifier in its own process
+    reads is changed and the verifier's model is built again from it, so the
+    two cannot differ. Returns it with the request counts set."""
     if factor < 1:
         raise ValueError(f"the watch's request factor must be at least 1, not {factor}")
     config = copy.deepcopy(spec.config)
     requests: dict[str, int] = {}
-    benches = {}
-    for name, bench in spec.verify.benchmarks.items():
-        n = bench.settings.get("requests")
+    for name, bench in (config.get("benchmarks") or {}).items():
+        settings = bench.get("settings") if isinstance(bench, dict) else None
+        if not isinstance(settings, dict):
+            continue
+        n = settings.get("requests")
         if isinstance(n, int) and not isinstance(n, bool):
             requests[name] = n * factor
-            bench = bench.model_copy(update={"settings": {**bench.settings, "requests": n * factor}})
-            raw = config.setdefault("benchmarks", {}).setdefault(name, {})
-            raw["settings"] = {**(raw.get("settings") or {}), "requests": n * factor}
-        benches[name] = bench
-    hidden = spec.verify.hidden.model_copy(update={"seed": seed})
-    config.setdefault("hidden", {})["seed"] = seed
-    verify = spec.verify.model_copy(update={"benchmarks": benches, "hidden": hidden})
-    return _whole_matrix(spec.model_copy(update={"verify": verify, "config": config})), requests
+            bench["settings"] = {**settings, "requests": n * factor}
+    config["hidden"] = {**(config.get("hidden") or {}), "seed": seed}
+    _whole_matrix(config)
+    verify = VerifyConfig.from_dict(config)
+    return spec.model_copy(update={"verify": verify, "config": config}), requests
 
 
-def _whole_matrix(spec: TaskSpec) -> TaskSpec:
-    """MATRIX CALL SITE (issue 22 item 1): the watch measures every cell of the
-    benchmark's deployment matrix at full size. The matrix is built in parallel
-    (r22mat); until its spec function is merged here, the spec is measured as
-    declared (its primary cell; any cells it already declares, as declared)."""
-    return spec
+MATRIX_PAIRS_FACTOR = 2
+"""The watch measures each secondary matrix cell with this many times the
+matrix's ``pairs`` (at most 30)."""
+
+
+def _whole_matrix(config: dict[str, Any]) -> None:
+    """MATRIX CALL SITE (issue 22 item 1, ``[benchmarks.<name>.matrix]``): the
+    verifier measures every secondary cell after the primary cell accepts, with
+    the matrix's ``pairs``; the watch raises them (:data:`MATRIX_PAIRS_FACTOR`).
+    A cell whose guard fails fails the watch (:func:`judge_watch`)."""
+    for bench in (config.get("benchmarks") or {}).values():
+        matrix = bench.get("matrix") if isinstance(bench, dict) else None
+        if isinstance(matrix, dict):
+            pairs = matrix.get("pairs", 4)
+            if isinstance(pairs, int) and not isinstance(pairs, bool):
+                matrix["pairs"] = min(30, pairs * MATRIX_PAIRS_FACTOR)
 
 
 # ------------------------------------------------------------------ measuring
@@ -178,6 +192,10 @@ def judge_watch(claim: Verdict | None, watched: Verdict, min_gain: float) -> Wat
         if g.status == "fail":
             value = f" (measured {g.value:.4g}, bound {g.bound})" if g.value is not None else ""
             reasons.append(f"guard {g.name} failed{value}")
+    for cell in getattr(watched, "cells", ()):  # a deployment matrix's other cells
+        if not getattr(cell, "primary", False):
+            for g in cell.failed:
+                reasons.append(f"guard {g.name} failed in the matrix cell {cell.label}")
     got = gain_interval(watched.objective)
     if got is None:
         if reasons:
@@ -195,5 +213,3 @@ def judge_watch(claim: Verdict | None, watched: Verdict, min_gain: float) -> Wat
                         reasons=tuple(reasons))
 
 
-def as_json(result: WatchResult) -> dict[str, Any]:
-    return result.model_dump(mode="json", by_alias=True)

@@ -311,3 +311,33 @@ def test_bot_section_is_validated_and_the_repo_cannot_fix_the_hidden_seed():
     with pytest.raises(SpecError) as e:
         build_task(CONFIG.format(python="python", extra="\n[hidden]\nseed = 5\n"), None, "7")
     assert any("[hidden] seed: not allowed" in x for x in e.value.errors)
+
+
+def test_the_watch_measures_the_whole_matrix_with_more_pairs():
+    from harness.watch import MATRIX_PAIRS_FACTOR, _whole_matrix
+
+    config = {"benchmarks": {"tts": {"matrix": {"concurrency": [2, 4], "pairs": 2}},
+                             "big": {"matrix": {"cpus": ["0", "0-1"], "pairs": 20}},
+                             "plain": {"command": "x"}}}
+    _whole_matrix(config)
+    assert config["benchmarks"]["tts"]["matrix"] == {"concurrency": [2, 4],
+                                                     "pairs": 2 * MATRIX_PAIRS_FACTOR}
+    assert config["benchmarks"]["big"]["matrix"]["pairs"] == 30  # the matrix's own cap
+    assert "matrix" not in config["benchmarks"]["plain"]
+
+
+def test_a_guard_failed_in_another_matrix_cell_fails_the_watch():
+    import verifier.verdict as vv
+
+    cell_result = getattr(vv, "CellResult", None)
+    if cell_result is None:
+        pytest.skip("the deployment matrix (issue 22 item 1) is not merged on this branch")
+    guard = GuardResult(name="latency_p95_s <= 1.05x", kind="ratio", metric="latency_p95_s",
+                        bound="<= 1.05x", value=1.4, status="fail")
+    cells = (cell_result(setting={"concurrency": 2}, primary=True, pairs=8, metric="throughput"),
+             cell_result(setting={"concurrency": 32}, pairs=4, metric="throughput",
+                         guards=(guard,)))
+    watched = _verdict((0.25, 0.35)).model_copy(update={"cells": cells})
+    f = judge_watch(_verdict((0.20, 0.40)), watched, 0.1)
+    assert f.outcome == WatchOutcome.FAILED
+    assert f.reasons == ("guard latency_p95_s <= 1.05x failed in the matrix cell concurrency=32",)
