@@ -311,6 +311,11 @@ def test_bot_section_is_validated_and_the_repo_cannot_fix_the_hidden_seed():
     with pytest.raises(SpecError) as e:
         build_task(CONFIG.format(python="python", extra="\n[hidden]\nseed = 5\n"), None, "7")
     assert any("[hidden] seed: not allowed" in x for x in e.value.errors)
+    # an issue author cannot turn the watch off
+    with pytest.raises(SpecError) as e:
+        build_task(CONFIG.format(python="python", extra=""),
+                   '```toml\n[bot]\non_failed_watch = "off"\n```', "7")
+    assert any(x.startswith("proposal [bot]: not allowed in a proposal") for x in e.value.errors)
 
 
 def test_the_watch_measures_the_whole_matrix_with_more_pairs():
