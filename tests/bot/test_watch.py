@@ -346,3 +346,17 @@ def test_a_guard_failed_in_another_matrix_cell_fails_the_watch():
     f = judge_watch(_verdict((0.20, 0.40)), watched, 0.1)
     assert f.outcome == WatchOutcome.FAILED
     assert f.reasons == ("guard latency_p95_s <= 1.05x failed in the matrix cell concurrency=32",)
+
+
+def test_a_runners_watch_must_name_the_merge_this_job_names():
+    """The actions executor: a runner's watch of another commit is dropped."""
+    from bot.tasks.rebaseline import _runner_watch
+    from harness.watch import WatchResult
+
+    w = WatchResult(merge_sha="a" * 40, parent_sha="b" * 40, hidden_seed=3, requests_factor=4,
+                    verdict=_verdict((0.1, 0.2)))
+    raw = w.model_dump(mode="json", by_alias=True)
+    assert _runner_watch(raw, "a" * 40) == w
+    assert "not the merge" in str(_runner_watch(raw, "c" * 40))
+    assert "not valid" in str(_runner_watch({"merge_sha": 1}, "a" * 40))
+    assert _runner_watch(None, "a" * 40) is None
