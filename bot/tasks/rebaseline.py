@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot import render, replies, sticky
 from bot.context import Context, task_lane
-from bot.gh import PullInfo
+from bot.gh import GitHubError, PullInfo
 from bot.harness_port import SpecError
 from bot.status import refresh_status
 from bot.store import Candidate, Task
@@ -166,11 +166,14 @@ def wants_watch(ctx: Context, task: Task, spec: TaskSpec, payload: dict[str, Any
 
 
 def _our_revert_pr(ctx: Context, repo: str, pr: int) -> PullInfo | None:
+    return next((p for p in _revert_pulls(ctx, repo, pr) if ctx.is_us(p.user)), None)
+
+
+def _revert_pulls(ctx: Context, repo: str, pr: int) -> list[PullInfo]:
+    """Every PR (open or closed, anyone's) from the revert branch of ``pr``."""
     branch = revert_branch_name(pr)
-    for p in ctx.gh.list_pulls(repo, head_prefix=branch, state="all"):
-        if p.head_ref == branch and ctx.is_us(p.user):
-            return p
-    return None
+    return [p for p in ctx.gh.list_pulls(repo, head_prefix=branch, state="all")
+            if p.head_ref == branch]
 
 
 def apply_watch(ctx: Context, task: Task, clone: Path, default: str, spec: TaskSpec,
@@ -214,17 +217,28 @@ def _open_revert(ctx: Context, task: Task, clone: Path, default: str, merged_pr:
     """(the revert PR, "") or (None, why not). Found again by its head before one
     is opened (one revert PR per merged PR, however often this runs)."""
     branch = revert_branch_name(merged_pr)
-    pull = _our_revert_pr(ctx, task.repo, merged_pr)
+    pulls = _revert_pulls(ctx, task.repo, merged_pr)
+    pull = next((p for p in pulls if ctx.is_us(p.user)), None)
+    if pull is None and any(p.state == "open" for p in pulls):
+        # someone else's PR uses the branch: never force-push over their work
+        return None, f"`{branch}` is the head of a PR the bot did not open; revert it by hand"
     if pull is None:
         if revert_branch(clone, branch, watched.merge_sha, f"origin/{default}") is None:
             return None, (f"reverting `{render.short_sha(watched.merge_sha)}` conflicts with "
                           f"`{default}` as it is now: revert it by hand")
         push(ctx, task, clone, branch)
         title = ctx.gh.get_pull(task.repo, merged_pr).title
-        pull = ctx.gh.create_pull(
-            task.repo, title=render.revert_title(merged_pr, title),
-            body=render.revert_pr_body(pr=merged_pr, claim=claim, watched=watched, reasons=reasons),
-            head=branch, base=default, draft=False)
+        try:
+            pull = ctx.gh.create_pull(
+                task.repo, title=render.revert_title(merged_pr, title),
+                body=render.revert_pr_body(pr=merged_pr, claim=claim, watched=watched,
+                                           reasons=reasons),
+                head=branch, base=default, draft=False)
+        except GitHubError as e:
+            if e.status != 422:
+                raise
+            # e.g. someone else's open PR from the same head: ours cannot be opened
+            return None, f"GitHub refused the revert PR from `{branch}`: {e}"
     ctx.gh.ensure_label(task.repo, render.REVERT_LABEL, color=render.REVERT_LABEL_COLOR,
                         description=render.REVERT_LABEL_TEXT)
     ctx.gh.add_labels(task.repo, pull.number, [render.REVERT_LABEL])

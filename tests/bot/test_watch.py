@@ -360,3 +360,28 @@ def test_a_runners_watch_must_name_the_merge_this_job_names():
     assert "not the merge" in str(_runner_watch(raw, "c" * 40))
     assert "not valid" in str(_runner_watch({"merge_sha": 1}, "a" * 40))
     assert _runner_watch(None, "a" * 40) is None
+
+
+def test_someone_elses_pr_on_the_revert_branch_is_never_pushed_over(
+        make_bot, fake_github, make_repo, tmp_path):
+    """alice squats the revert branch with her own open PR before the merge: the
+    bot does not force-push over it and says why there is no revert PR."""
+    repo = make_target(make_repo, fake_github, tmp_path)
+    harness = WatchedHarness(faster=False)
+    bot = make_bot(harness)
+    n = fake_github.open_issue(repo, "Faster", "Make it faster.", by="alice")
+    bot.deliver(fake_github.label_issue(repo, n, "rsi", by="alice"))
+    (pull,) = fake_github.pulls(repo)
+    branch = revert_branch_name(pull.number)
+    mine = fake_github.commit_files(repo, branch, {"README.md": "alice's work\n"})
+    r = httpx.post(f"{fake_github.url}/repos/{repo}/pulls",
+                   headers={"Authorization": f"token {fake_github.token_for('alice')}"},
+                   json={"title": "Mine", "head": branch, "base": "main", "body": ""})
+    assert r.status_code == 201, r.text
+    bot.deliver(fake_github.merge_pull(repo, pull.number, by="alice"))
+    merge = fake_github.pull(repo, pull.number).pull.merge_commit_sha
+    assert fake_github.branch_sha(repo, branch) == mine
+    assert [p.user.login for p in revert_pulls(fake_github, repo)] == ["alice"]
+    (comment,) = watch_comments(fake_github, repo, pull.number, merge)
+    assert "No revert PR: " in comment.body and "a PR the bot did not open" in comment.body
+    assert not bot.store.jobs(state="failed")
