@@ -27,7 +27,7 @@ from harness.watch import WatchOutcome, judge_watch, watch_spec
 from tests.bot.fakeharness import FakeHarness
 from verifier.config import VerifyConfig
 from verifier.measure import hidden_env
-from verifier.verdict import GuardResult, Interval, ObjectiveResult, Verdict
+from verifier.verdict import Decision, GuardResult, Interval, ObjectiveResult, Verdict
 
 BOT = "rsi-bot[bot]"
 
@@ -269,8 +269,8 @@ def _verdict(gain_ci: tuple[float, float] | None, *, decision: str = "accept",
     obj = None if gain_ci is None else ObjectiveResult(
         benchmark="speed", metric="throughput", direction="higher", ratio=1 + sum(gain_ci) / 2,
         gain=sum(gain_ci) / 2, gain_ci=Interval(low=gain_ci[0], high=gain_ci[1]), min_gain=0.1)
-    return Verdict(decision=decision, reason="r", benchmark="speed", objective=obj, guards=guards,
-                   pairs=6, runs=12)
+    return Verdict(schema="rsi.verdict/1", decision=Decision(decision), reason="r", benchmark="speed",
+                   objective=obj, guards=guards, pairs=6, runs=12)
 
 
 def test_judge_watch_rules():
