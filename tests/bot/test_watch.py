@@ -5,7 +5,7 @@ The task's rounds are scripted (:class:`FakeHarness`): each candidate's claimed
 verdict is stored as a real ``Verdict`` (+10%, interval +5% to +20%). What the
 merged code really does is decided by its files: the target's benchmark sleeps
 ``src/delay_ms.txt`` milliseconds per request (40 on main). A candidate that
-writes 10 there is 4x faster; one that writes an unrelated file is not faster
+writes 5 there is 8x faster; one that writes an unrelated file is not faster
 at all. The watch measures the merge commit against its parent for real, so
 whether the claim holds depends on the code, not on a script.
 """
@@ -62,7 +62,7 @@ latency_s = "lower"
 [objective]
 benchmark = "speed"
 metric = "throughput"
-min_gain = 0.5
+min_gain = 1.0
 
 [[guards]]
 metric = "latency_p95_s"
@@ -96,7 +96,7 @@ def target_tree(root: Path, extra: str = "") -> Path:
 
 class WatchedHarness(FakeHarness):
     """Rounds scripted (the claim: +10%, stored); the watch is the real one.
-    ``faster``: the candidate really cuts the delay 40 -> 10 ms; else it
+    ``faster``: the candidate really cuts the delay 40 -> 5 ms; else it
     changes a file the benchmark never reads."""
 
     def __init__(self, *, faster: bool):
@@ -111,7 +111,7 @@ class WatchedHarness(FakeHarness):
         git(repo, "worktree", "add", "--force", "--detach", str(wt), base)
         try:
             if self.faster:
-                (wt / "src" / "delay_ms.txt").write_text("10\n")
+                (wt / "src" / "delay_ms.txt").write_text("5\n")
             else:
                 (wt / "src" / "notes.txt").write_text("the cache is warm now\n")
             git(wt, "add", "-A")
@@ -177,9 +177,9 @@ def test_a_merged_claim_that_does_not_reproduce_gets_a_comment_and_a_revert_pr(
     # the comment on the merged PR: why, and both reports side by side
     (comment,) = watch_comments(fake_github, repo, pull.number, merge)
     assert "claim did not hold" in comment.body
-    # not faster at all: the watch's interval is far below min_gain (+50%; the real
-    # change is 4x, +300%); whether it is also below the claim's +5% is up to noise
-    assert "lies wholly below min_gain +50.0%" in comment.body
+    # not faster at all: the watch's interval is far below min_gain (+100%; the real
+    # change is 8x, +700%); whether it is also below the claim's +5% is up to noise
+    assert "lies wholly below min_gain +100.0%" in comment.body
     assert "| interval | [+5.0%, +20.0%] |" in comment.body
     # the claim (scripted) recorded no settings; the watch ran the client with 4x 2 requests
     assert "| requests per run | — | 8 (4x) |" in comment.body
@@ -193,7 +193,7 @@ def test_a_merged_claim_that_does_not_reproduce_gets_a_comment_and_a_revert_pr(
     assert rev.user.login == BOT and not rev.pull.draft
     assert rev.title.startswith(f"Revert #{pull.number} (gain did not reproduce after merge): ")
     assert rev.body.startswith(f"Reverts #{pull.number} (merge commit `{merge[:12]}`")
-    assert "lies wholly below min_gain +50.0%" in rev.body
+    assert "lies wholly below min_gain +100.0%" in rev.body
     assert "| gain (throughput vs Bk) | +10.0% |" in rev.body
     assert render.REVERT_LABEL in rev.labels
     assert fake_github.repo(repo).label_meta[render.REVERT_LABEL][1] == render.REVERT_LABEL_TEXT
