@@ -193,8 +193,8 @@ def apply_watch(ctx: Context, task: Task, clone: Path, default: str, spec: TaskS
     finding = judge_watch(claim, watched.verdict, spec.min_gain)
     log.info("watch of #%s (%s, hidden seed %s): %s %s", merged_pr, watched.merge_sha[:12],
              watched.hidden_seed, finding.outcome, "; ".join(finding.reasons))
-    if finding.outcome != WatchOutcome.FAILED:
-        return f"; watch: {finding.outcome}"
+    if finding.outcome != WatchOutcome.FAILED:  # the job's result records the draw
+        return f"; watch: {finding.outcome} (hidden seed {watched.hidden_seed})"
     policy = spec.bot.on_failed_watch
     revert: int | None = None
     problem = ""
@@ -208,7 +208,8 @@ def apply_watch(ctx: Context, task: Task, clone: Path, default: str, spec: TaskS
     best_effort(refresh_status, ctx, task.id,
                 note=f"⚠️ #{merged_pr}'s gain did not hold after the merge"
                 + (f": #{revert} reverts it." if revert else "."))
-    return "; watch: failed" + (f", revert #{revert}" if revert else "")
+    return (f"; watch: failed (hidden seed {watched.hidden_seed})"
+            + (f", revert #{revert}" if revert else ""))
 
 
 def _open_revert(ctx: Context, task: Task, clone: Path, default: str, merged_pr: int,

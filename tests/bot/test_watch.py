@@ -172,7 +172,8 @@ def test_a_merged_claim_that_does_not_reproduce_gets_a_comment_and_a_revert_pr(
     bot, pull, ev, merge = merged_candidate(make_bot, fake_github, repo, harness)
     assert harness.watched == [merge]
     (job,) = bot.store.jobs(kind="rebaseline")
-    assert job.state == "done" and "watch: failed, revert #" in job.result, job.result
+    assert job.state == "done" and "watch: failed (hidden seed " in job.result, job.result
+    assert f"), revert #{revert_pulls(fake_github, repo)[0].number}" in job.result
 
     # the comment on the merged PR: why, and both reports side by side
     (comment,) = watch_comments(fake_github, repo, pull.number, merge)
@@ -221,7 +222,7 @@ def test_a_merged_claim_that_reproduces_gets_neither(make_bot, fake_github, make
     bot, pull, _, merge = merged_candidate(make_bot, fake_github, repo, harness)
     assert harness.watched == [merge]
     (job,) = bot.store.jobs(kind="rebaseline")
-    assert job.state == "done" and job.result.endswith("; watch: reproduced"), job.result
+    assert job.state == "done" and "; watch: reproduced (hidden seed " in job.result, job.result
     assert watch_comments(fake_github, repo, pull.number, merge) == []
     assert revert_pulls(fake_github, repo) == []
 
