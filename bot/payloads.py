@@ -98,12 +98,14 @@ class PublishPayload(TaskPayload):
 
 class RebaselinePayload(TaskPayload):
     """``rebaseline``: measure ``ref`` (None: the default branch) as the new Bk;
-    ``merged_pr``: the merge that made it, for the notes."""
+    ``merged_pr``: the merge that made it, for the notes; ``watch``: it was one of
+    our PRs, so the watch after merge checks its claim."""
 
     kind: ClassVar[JobKind] = JobKind.REBASELINE
     legacy: ClassVar[frozenset[str]] = frozenset({"requested_by"})
     ref: str | None = None
     merged_pr: int | None = None
+    watch: bool = False  # a merge of our own PR: also the watch after merge (harness/watch.py)
 
 
 class ReverifyPayload(TaskPayload):

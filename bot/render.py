@@ -12,7 +12,7 @@ it with the hidden sticky marker and keeps it under GitHub's comment limit.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bot import command_table
 from bot.vocab import (
@@ -27,6 +27,9 @@ from harness.report import HistoryPoint, ReportLinks, headline, render_markdown_
 from harness.spec import TaskSpec
 from harness.text import fenced, inert
 from verifier.verdict import Verdict
+
+if TYPE_CHECKING:
+    from harness.watch import WatchResult
 
 COMMENT_LIMIT = 65536
 CHECK_SUMMARY_LIMIT = 65535
@@ -421,3 +424,124 @@ def conflict_note(merged_pr: int | None, detail: str) -> str:
 def reverified_note(bk: str | None, merged_pr: int | None = None) -> str:
     why = f" after #{merged_pr} merged" if merged_pr else ""
     return f"🔁 Re-verified against Bk `{short_sha(bk)}`{why}."
+
+
+# --------------------------------------------------------------------- watch after merge
+
+WATCH = "watch"  # the merged PR's watch report (one per merge commit: ``watch:<sha>``)
+REVERT_LABEL = "rsi:revert"
+REVERT_LABEL_COLOR = "b60205"
+REVERT_LABEL_TEXT = "rsi-bot: reverts a merged change whose gain did not reproduce"
+
+
+def _interval_text(v: Verdict | None) -> tuple[str, str]:
+    """(gain, interval) cells of a verdict's objective, in the better direction."""
+    from harness.watch import gain_interval
+
+    o = v.objective if v is not None else None
+    if v is None or o is None or v.decision == "error":
+        return "—", "—"
+    gain = o.gain if o.gain is not None else (
+        None if o.ratio is None else (o.ratio - 1 if o.direction == "higher" else 1 / o.ratio - 1))
+    ci = gain_interval(o)
+    return _pct(gain), ("—" if ci is None else f"[{_pct(ci.low)}, {_pct(ci.high)}]")
+
+
+def _decision(v: Verdict | None) -> str:
+    if v is None:
+        return "—"
+    style = decision_style(v.decision)
+    return f"{style.emoji} {style.words}".strip()
+
+
+def _guards_text(v: Verdict | None) -> str:
+    if v is None or v.decision == "error" or not v.guards:
+        return "—"
+    failed = [g for g in v.guards if g.status == "fail"]
+    if failed:
+        return "❌ failed: " + ", ".join(inert(g.name, one_line=True, max_len=80) for g in failed)
+    unclear = [g for g in v.guards if g.status == "unclear"]
+    passed = sum(1 for g in v.guards if g.status == "pass")
+    return f"{passed} passed" + (f", {len(unclear)} unclear" if unclear else "")
+
+
+def watch_table(claim: Verdict | None, watched: WatchResult) -> str:
+    """Claim (the PR's verdict) and watch (``harness.watch.WatchResult``) side by side."""
+    v = watched.verdict
+    cg, ci = _interval_text(claim)
+    wg, wi = _interval_text(v)
+    o = (claim.objective if claim is not None else None) or v.objective
+    metric = inert(o.metric, one_line=True, max_len=60) if o is not None else "objective"
+
+    def req(x: Verdict | None) -> str:
+        n = x.settings.get("requests") if x is not None else None
+        return "—" if n is None else inert(n, one_line=True, max_len=20)
+
+    seed_words = f"`{watched.hidden_seed}` (fresh draw)"
+    rows = [
+        ("decision", _decision(claim), _decision(v)),
+        (f"gain ({metric} vs Bk)", cg, wg),
+        ("interval", ci, wi),
+        ("guards", _guards_text(claim), _guards_text(v)),
+        ("hidden input seed", "the runner's secret", seed_words),
+        ("requests per run", req(claim),
+         req(v) + (f" ({watched.requests_factor}x)" if watched.requests else "")),
+        ("pairs", str(claim.pairs) if claim is not None else "—", str(v.pairs)),
+        ("run-order seed", "—" if claim is None or claim.seed is None else f"`{claim.seed}`",
+         "—" if v.seed is None else f"`{v.seed}`"),
+        ("Bk → candidate",
+         "—" if claim is None else f"`{short_sha(claim.shas.get('bk'))}` → "
+                                   f"`{short_sha(claim.shas.get('candidate'))}`",
+         f"`{short_sha(watched.parent_sha)}` → `{short_sha(watched.merge_sha)}` (merge)"),
+    ]
+    lines = ["| | claim (before the merge) | watch (after the merge) |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _reasons(reasons: Sequence[str]) -> list[str]:
+    return [f"- {inert(r, one_line=True, max_len=400)}" for r in reasons]
+
+
+def watch_comment(*, pr: int, claim: Verdict | None, watched: WatchResult, reasons: Sequence[str],
+                  policy: str, revert_pr: int | None = None, revert_problem: str = "") -> str:
+    """The comment on a merged bot PR whose claim did not hold after the merge:
+    why, both reports side by side, what the bot did, the watch's full report."""
+    lines = [f"🚨 **The watch after merge: #{pr}'s claim did not hold.** The merge commit "
+             f"`{short_sha(watched.merge_sha)}` was measured again against its parent "
+             f"`{short_sha(watched.parent_sha)}` with a fresh hidden-input draw and "
+             f"{watched.requests_factor}x the requests:", "", *_reasons(reasons), "",
+             watch_table(claim, watched), ""]
+    if revert_pr is not None:
+        lines.append(f"➡️ Opened #{revert_pr} to revert it (label `{REVERT_LABEL}`). "
+                     "Merge it to undo the change, or close it to keep the change.")
+    elif revert_problem:
+        lines.append(f"⚠️ No revert PR: {inert(revert_problem, one_line=True, max_len=300)}")
+    else:
+        lines.append(f"No revert PR: this repository sets `[bot] on_failed_watch = \"{policy}\"`.")
+    room = COMMENT_LIMIT - 4000 - sum(len(x) for x in lines)
+    lines += ["", "<details><summary>The watch's full report</summary>", "",
+              report_markdown(watched.verdict, max_chars=max(room, 2000)), "", "</details>"]
+    return "\n".join(lines)
+
+
+def revert_title(pr: int, title: str) -> str:
+    return (f"Revert #{pr} (gain did not reproduce after merge): "
+            + (inert(title, plain=True, max_len=160) or "rsi candidate"))
+
+
+def revert_pr_body(*, pr: int, claim: Verdict | None, watched: WatchResult,
+                   reasons: Sequence[str]) -> str:
+    """The revert PR's body: what it undoes, and the evidence."""
+    return "\n".join([
+        f"Reverts #{pr} (merge commit `{short_sha(watched.merge_sha)}`, a real `git revert`).",
+        "",
+        "After the merge, rsi-bot's watch measured the merge commit again against its parent, "
+        f"with a fresh hidden-input draw and {watched.requests_factor}x the requests, "
+        "and the gain the PR claimed did not hold:",
+        "", *_reasons(reasons), "",
+        watch_table(claim, watched), "",
+        f"The watch's full report is on #{pr}. The bot never merges: merge this PR to undo "
+        "the change, or close it to keep it. (`[bot] on_failed_watch` in `.rsi/config.toml`: "
+        "`revert-pr`, `comment` or `off`.)",
+    ])

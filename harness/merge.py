@@ -79,6 +79,7 @@ _FROM_REPO_ONLY = {
     "benchmarks": "benchmark commands come from .rsi/config.toml on the default branch",
     "hidden": "hidden inputs come from .rsi/config.toml on the default branch",
     "knobs": "knobs come from .rsi/config.toml on the default branch",
+    "bot": "what the bot does after a merge is set in .rsi/config.toml on the default branch",
 }
 #: [verifier] fields a proposal may set: (stricter direction, hard bound). "down":
 #: only lower (a stricter test), never below the bound; "up": only raise (more

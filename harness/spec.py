@@ -199,6 +199,17 @@ class RunnerSettings(_Model):
         return self
 
 
+class BotSettings(_Model):
+    """``[bot]``: what the bot does for this repository (repo config only: a
+    proposal cannot set it)."""
+
+    on_failed_watch: Literal["revert-pr", "comment", "off"] = "revert-pr"
+    """When a merged bot PR's gain does not reproduce after the merge (or a guard
+    fails): ``revert-pr`` comments on the PR with both reports and opens a PR
+    reverting the merge (a PR: maintainers still decide); ``comment`` only
+    comments; ``off`` only rebaselines."""
+
+
 class TaskSpec(BaseModel):
     """A validated task: everything the loop needs. The agent sees only what
     TASK.md shows of it (``harness.agents.taskmd``), never ``verify.hidden``."""
@@ -215,6 +226,7 @@ class TaskSpec(BaseModel):
     policy: EditPolicy = Field(default_factory=EditPolicy)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    bot: BotSettings = Field(default_factory=BotSettings)
     notes: str = ""
     """Free text from the proposal (the maintainer's idea), shown to the agent."""
 
@@ -352,6 +364,10 @@ def build_task(
     policy = _section(EditPolicy, merged, "policy", errors)
     agent = _section(AgentSettings, merged, "agent", errors)
     runner = _section(RunnerSettings, merged, "runner", errors)
+    bot = _section(BotSettings, merged, "bot", errors)
+    if isinstance(merged.get("hidden"), dict) and merged["hidden"].get("seed") is not None:
+        errors.append("[hidden] seed: not allowed in .rsi/config.toml (the repo is visible to "
+                      "agents); name the runner's secret with seed_env instead")
     if agent.kind == "command" and not agent.command:
         errors.append("[agent]: kind 'command' needs 'command', a command template such as 'my-agent --task {task_file}'")
     if agent.kind == "tuner" and not knobs and "kind" in (merged.get("agent") or {}):
@@ -362,7 +378,7 @@ def build_task(
     if errors or verify is None:
         raise SpecError(errors)
     return TaskSpec(task_id=task_id, title=title, verify=verify, config=merged, knobs=knobs,
-                    policy=policy, agent=agent, runner=runner, notes=prop.notes)
+                    policy=policy, agent=agent, runner=runner, bot=bot, notes=prop.notes)
 
 
 def _knobs(merged: dict[str, Any], repo_files: set[str] | None, errors: list[str]) -> list[Knob]:

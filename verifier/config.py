@@ -39,7 +39,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -400,6 +400,10 @@ class Hidden(_Model):
     """Set for verifier runs only."""
     seed_env: str | None = None
     """Runner env var whose value becomes ``RSI_SEED`` in verifier runs."""
+    seed: Annotated[int | None, Field(ge=0, lt=2**63)] = None
+    """A hidden seed drawn for one measurement, given as ``RSI_SEED`` in place of
+    ``seed_env``'s value (the watch after merge draws a fresh one and records
+    it); ``seed_env`` is still kept out of the runs' environment."""
 
 
 class VerifyConfig(_Model):
