@@ -99,7 +99,7 @@ def test_a_local_run_records_candidates_from_the_ledger(make_bot, fake_github, t
     for k in (1, 2):
         assert (cands[k].decision, cands[k].sha, cands[k].branch) == (
             recs[k].decision, recs[k].sha, recs[k].branch)
-        assert cands[k].verdict == recs[k].verdict
+        assert cands[k].verdict_model == recs[k].verdict is not None
     assert cands[1].state == "open" and cands[2].state == "none"
     assert git(clone, "rev-parse", f"refs/heads/rsi/{n}/1") == cands[1].sha
 
