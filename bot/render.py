@@ -112,7 +112,10 @@ def candidate_history(candidates: Iterable[Candidate]) -> list[HistoryPoint]:
     session, kept (a PR: open, merged) or rolled back."""
     out = []
     for c in candidates:
-        o = c.verdict_model.objective if c.verdict_model is not None else None
+        v = c.verdict_model
+        o = v.objective if v is not None else None
+        low: float | None
+        high: float | None
         if o is not None and o.gain_ci is not None:
             low, high = o.gain_ci.low, o.gain_ci.high
         else:  # older verdicts have only the ratio interval
@@ -189,7 +192,7 @@ def check_progress(text: str) -> dict[str, str]:
 
 
 def task_check(state: str, *, rounds_done: int, budget: int | None,
-               candidates: Sequence[Any]) -> dict[str, str]:
+               candidates: Sequence[Candidate]) -> dict[str, str]:
     """The completed check of a task's run: how many rounds, what was kept."""
     kept = [c for c in candidates if c.state in KEPT]
     word = TASK_STATE_WORDS.get(state, inert(state, plain=True))
@@ -237,7 +240,7 @@ MAX_ERRORS_SHOWN = 50
 
 
 def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
-                   candidates: Iterable[Any] = (), budget: int | None = None,
+                   candidates: Iterable[Candidate] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
                    note: str = "", edit: tuple[str, str] | None = None,
                    label: str = "rsi", usage: dict[str, Any] | None = None,
