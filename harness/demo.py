@@ -417,7 +417,7 @@ def run_demo(
     res.guard_rejections = [f"#{r.candidate} {r.hypothesis}: {r.reason}" for r in records
                             if r.decision == "reject" and (r.gain or 0) > 0
                             and any(g.status == "fail" for g in r.guards)]
-    if verdict is not None:
+    if verdict is not None and pick is not None:
         o = verdict.objective
         if pick.status == "kept" and o is not None:
             g0 = o.gain_vs_b0 if o.gain_vs_b0 is not None else (o.gain if pick.base_sha == pick.b0_sha else None)

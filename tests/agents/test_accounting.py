@@ -16,8 +16,8 @@ from harness.agents.usage import aider_report, budget_spent, mini_trajectory, ro
 from harness.ledger import Ledger, LedgerRecord, Usage
 from harness.loop import run_task
 from harness.spec import AgentSettings, SpecError, build_task, load_task
-from verifier.verdict import MetricComparison, Verdict
 from tests.harness.target import CONFIG, FASTER_SETTINGS, commit_all, make_target
+from verifier.verdict import MetricComparison, Verdict
 
 
 def test_aider_report_sums_every_reply_and_reads_its_rounding():

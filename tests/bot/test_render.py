@@ -83,6 +83,19 @@ def test_report_has_the_required_parts():
     assert len(text) < render.COMMENT_LIMIT
 
 
+def test_an_older_verdict_gets_its_gain_interval_from_its_ratio_interval():
+    """A stored verdict with only the ratio interval (older verdicts) charts the
+    gain interval ``harness.report.gain_interval`` makes of it (lower is better:
+    1/ratio - 1, so the bounds swap)."""
+    o = ObjectiveResult(benchmark="tts", metric="latency_s", direction="lower", ratio=0.8,
+                        ratio_ci=Interval(low=0.75, high=0.85), gain=0.25)
+    (point,) = render.candidate_history(stored_candidates(
+        dict(n=1, state="pending", decision="accept", verdict=verdict(objective=o))))
+    assert point.gain == 0.25 and point.status == "open"
+    assert point.gain_low == pytest.approx(1 / 0.85 - 1)
+    assert point.gain_high == pytest.approx(1 / 0.75 - 1)
+
+
 def test_report_with_ledger_records():
     from harness.ledger import LedgerRecord
 

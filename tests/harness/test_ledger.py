@@ -121,7 +121,8 @@ def test_old_ledger_lines_read_back_typed(tmp_path: Path):
         else:  # the same verdict, typed: its JSON is the JSON the old line held
             assert isinstance(r.verdict, Verdict)
             assert json.loads(r.verdict.to_json()) == old["verdict"]
-    assert back[0].verdict.objective.gain == back[0].gain and back[0].usage is not None
+    first = back[0].verdict.objective if back[0].verdict is not None else None
+    assert first is not None and first.gain == back[0].gain and back[0].usage is not None
     assert [r.status for r in back if r.event == "reverify"] == ["conflict", "open"]
     assert ledger.append(rec(9, "new")) and [r.id for r in ledger.records()][-2:] == [
         "t/3/reverify/17c628246718", "new/9"]

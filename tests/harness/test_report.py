@@ -479,3 +479,13 @@ def test_hostile_link_parts_are_left_out():
     assert "javascript" not in md and "**Links**" not in md
     cmd = reproduce_command(v, links)
     assert "upload-pack" not in cmd and "rm -rf" not in cmd
+
+
+def test_gain_interval_is_the_one_ratio_to_gain_conversion():
+    from harness.report import gain_interval
+
+    lo, hi = gain_interval(Interval(low=0.8, high=0.9), "lower")  # lower is better: 1/r - 1
+    assert lo == pytest.approx(1 / 0.9 - 1) and hi == pytest.approx(1 / 0.8 - 1)
+    assert gain_interval(Interval(low=1.1, high=1.3), "higher") == pytest.approx((0.1, 0.3))
+    assert gain_interval(None, "higher") == (None, None)
+    assert gain_interval(Interval(low=0.0, high=1.2), "lower") == (None, None)  # no 1/0
