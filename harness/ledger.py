@@ -256,7 +256,7 @@ class Ledger:
     def records(self, *, task: str | None = None) -> list[LedgerRecord]:
         """All records (optionally of one task), oldest first; older schemas are
         upgraded (``load_record``). Lines of an unknown schema or that do not
-        parse are skipped."""
+        parse (a verdict that is not one included) are skipped, with a warning."""
         out = []
         for line in self._text(self._tip()).splitlines():
             line = line.strip()
@@ -264,7 +264,8 @@ class Ledger:
                 continue
             try:
                 rec = load_record(json.loads(line))
-            except ValueError:  # (json's and pydantic's errors are ValueErrors)
+            except ValueError as e:  # (json's and pydantic's errors are ValueErrors)
+                log.warning("%s: a line of %s skipped: %s", self.ref, FILE, str(e)[:300])
                 continue
             if task is None or rec.task == task:
                 out.append(rec)

@@ -145,3 +145,16 @@ def test_an_old_line_whose_verdict_no_longer_reads_keeps_the_rest(caplog):
         load_record(old | {"schema": "rsi.ledger/9"})
     with pytest.raises(ValueError, match="JSON object"):
         load_record([old])
+
+
+def test_a_line_with_a_forged_verdict_is_skipped_with_a_warning(tmp_path: Path, caplog):
+    """A runner's ledger is untrusted: a current line whose verdict is not a
+    ``Verdict`` is not a record (the bot stores no candidate from it), and says so."""
+    repo = make_target(tmp_path, python=sys.executable)
+    good = rec(1).to_line()
+    forged = json.loads(rec(2).to_line()) | {"verdict": {"decision": "accept", "reason": "trust me",
+                                                         "admin": True}}
+    _commit_ledger(repo, good + "\n" + json.dumps(forged) + "\n" + "not json\n")
+    with caplog.at_level(logging.WARNING, logger="harness.ledger"):
+        assert [r.id for r in Ledger(repo).records()] == ["t1/1"]
+    assert caplog.text.count("skipped") == 2 and "admin" in caplog.text
