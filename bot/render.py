@@ -17,18 +17,26 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from bot import command_table
 from bot.vocab import (
     KEPT,
-    LEDGER_STATUS,
     TASK_CONCLUSIONS,
     TASK_STATE_WORDS,
     CandidateState,
     decision_style,
 )
-from harness.report import HistoryPoint, ReportLinks, headline, render_markdown_report
+from harness.ledger import CandidateStatus
+from harness.report import (
+    HistoryPoint,
+    LedgerRow,
+    ReportLinks,
+    gain_interval,
+    headline,
+    render_markdown_report,
+)
 from harness.spec import TaskSpec
 from harness.text import fenced, inert
 from verifier.verdict import Verdict
 
 if TYPE_CHECKING:
+    from bot.store import Candidate
     from harness.watch import WatchResult
 
 COMMENT_LIMIT = 65536
@@ -82,7 +90,7 @@ def short_sha(sha: str | None) -> str:
 
 
 def report_markdown(v: Verdict, *, history: Sequence[HistoryPoint] = (),
-                    ledger: Sequence[Any] = (), max_chars: int = COMMENT_LIMIT,
+                    ledger: Sequence[LedgerRow] = (), max_chars: int = COMMENT_LIMIT,
                     links: ReportLinks | None = None) -> str:
     """The verifier report: ``harness.report.render_markdown_report``, the same
     report the demo writes. ``history``: the task's candidates as chart points
@@ -93,7 +101,7 @@ def report_markdown(v: Verdict, *, history: Sequence[HistoryPoint] = (),
 
 
 def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[HistoryPoint] = (),
-                   ledger: Sequence[Any] = (), links: ReportLinks | None = None) -> str:
+                   ledger: Sequence[LedgerRow] = (), links: ReportLinks | None = None) -> str:
     """The PR's sticky report comment: marker, an optional note, the report."""
     note = pr_note.rstrip() + "\n\n" if pr_note else ""
     room = COMMENT_LIMIT - len(marker(REPORT)) - len(note) - 64
@@ -101,31 +109,25 @@ def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[HistoryPo
                                               max_chars=room, links=links), REPORT)
 
 
-def _gain_ci_from_ratio(o: dict[str, Any]) -> dict[str, float]:
-    """A gain interval from the ratio interval (older verdicts have only that)."""
-    ci = o.get("ratio_ci") or {}
-    lo, hi = ci.get("low"), ci.get("high")
-    if not all(isinstance(x, (int, float)) and x > 0 for x in (lo, hi)):
-        return {}
-    if o.get("direction") == "lower":
-        return {"low": 1 / hi - 1, "high": 1 / lo - 1}
-    return {"low": lo - 1, "high": hi - 1}
-
-
-def candidate_history(candidates: Iterable[Any]) -> list[HistoryPoint]:
-    """Chart points from stored candidates (``n``, ``state``, ``decision``,
-    ``verdict`` dict, ``hypothesis``): each one's gain vs the Bk of its own
+def candidate_history(candidates: Iterable[Candidate]) -> list[HistoryPoint]:
+    """Chart points from stored candidates: each one's gain vs the Bk of its own
     session, kept (a PR: open, merged) or rolled back."""
     out = []
     for c in candidates:
-        o = (c.verdict or {}).get("objective") or {}
-        ci = o.get("gain_ci") or _gain_ci_from_ratio(o)
-        gain = o.get("gain")
+        v = c.verdict_model
+        o = v.objective if v is not None else None
+        low: float | None
+        high: float | None
+        if o is not None and o.gain_ci is not None:
+            low, high = o.gain_ci.low, o.gain_ci.high
+        else:  # older verdicts have only the ratio interval
+            low, high = gain_interval(o.ratio_ci if o is not None else None,
+                                      o.direction if o is not None else "higher")
         out.append(HistoryPoint(
             label=f"#{int(c.n)}", value=None, bk=None, decision=c.decision,
-            hypothesis=c.hypothesis or "", gain=gain if isinstance(gain, (int, float)) else None,
-            gain_low=ci.get("low"), gain_high=ci.get("high"),
-            status=LEDGER_STATUS.get(c.state, "rolled_back"), sha=c.sha or ""))
+            hypothesis=c.hypothesis or "", gain=o.gain if o is not None else None,
+            gain_low=low, gain_high=high,
+            status=CandidateStatus(c.state).ledger_word, sha=c.sha or ""))
     return out
 
 
@@ -192,7 +194,7 @@ def check_progress(text: str) -> dict[str, str]:
 
 
 def task_check(state: str, *, rounds_done: int, budget: int | None,
-               candidates: Sequence[Any]) -> dict[str, str]:
+               candidates: Sequence[Candidate]) -> dict[str, str]:
     """The completed check of a task's run: how many rounds, what was kept."""
     kept = [c for c in candidates if c.state in KEPT]
     word = TASK_STATE_WORDS.get(state, inert(state, plain=True))
@@ -240,7 +242,7 @@ MAX_ERRORS_SHOWN = 50
 
 
 def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
-                   candidates: Iterable[Any] = (), budget: int | None = None,
+                   candidates: Iterable[Candidate] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
                    note: str = "", edit: tuple[str, str] | None = None,
                    label: str = "rsi", usage: dict[str, Any] | None = None,

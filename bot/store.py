@@ -65,6 +65,7 @@ from sqlalchemy.pool import StaticPool
 
 from bot.payloads import EventPayload, JobPayload
 from bot.vocab import CandidateState, JobKind, TaskState
+from verifier.verdict import Verdict
 
 JOB_STATES = ("queued", "running", "done", "failed")
 
@@ -187,6 +188,17 @@ class Candidate(Base):
     """The loop's round that made it (None for rows stored before it was kept)."""
     agent: Mapped[str | None] = mapped_column(String(200), nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
+
+    @property
+    def verdict_model(self) -> Verdict | None:
+        """The stored verdict, read as the verifier's ``Verdict`` (None when none is
+        stored; ValueError when what is stored is not one)."""
+        return Verdict.model_validate(self.verdict) if self.verdict else None
+
+
+def stored_verdict(verdict: Verdict | None) -> dict[str, Any] | None:
+    """``verdict`` as ``Candidate.verdict`` stores it (its JSON, by alias)."""
+    return verdict.model_dump(mode="json", by_alias=True) if verdict is not None else None
 
 
 class LiveCheck(Base):

@@ -74,13 +74,13 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
                                          harness_task_id(number, task.generation), title=title)
         except SpecError as e:
             errors = list(e.errors)
-    if errors:
+    if errors or spec is None:
         ctx.store.approve_proposal(task.id, body, generation=task.generation,
                                    state=TaskState.INVALID, summary=None)
         refresh_status(ctx, task.id, errors=errors)
         return f"invalid: {len(errors)} error(s)"
     summary = render.task_summary(spec)
-    budget = getattr(getattr(spec, "agent", None), "rounds", None)
+    budget = spec.agent.rounds
     ctx.store.approve_proposal(task.id, body, generation=task.generation,
                                state=TaskState.QUEUED, summary=summary, budget=budget,
                                b0_sha=None, bk_sha=None)

@@ -26,7 +26,7 @@ log = logging.getLogger("rsi.bot.tasks")
 
 
 def verdict_of(c: Candidate) -> Verdict | None:
-    return Verdict.model_validate(c.verdict) if c.verdict else None
+    return c.verdict_model
 
 
 def publish(ctx: Context, run: JobRun) -> str:
