@@ -43,7 +43,7 @@ from scipy import stats as _st
 
 from .config import ConfigError, Direction, VerifyConfig
 from .fingerprint import collect
-from .isolation import Isolation
+from .isolation import Isolation, resolve_cpus
 from .measure import Progress, Session, hidden_env
 from .noise import NoiseReading, classify, machine_probe
 from .stats import (
@@ -272,6 +272,9 @@ def calibrate(
     n = pairs or v.calibration_pairs
     ref = Path(ref)
     try:
+        cpus = resolve_cpus(v.cpus)
+        if cpus:  # the CPU set it measured on ("auto": the least busy ones now)
+            base["fingerprint"] = fp.model_copy(update={"extra": {**fp.extra, "cpuset": cpus}})
         with Session(
             bench,
             {"a": ref, "b": ref},
@@ -281,7 +284,7 @@ def calibrate(
             progress=progress,
             on_run=_probe_after_run,
             isolation=isolation,
-            cpus=v.cpus,
+            cpus=cpus,
             threads=v.threads,
         ) as s:
             err = s.setup() or s.warmup(v.warmup) or s.add_pairs(n)
