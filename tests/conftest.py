@@ -98,6 +98,8 @@ SERIAL_FILES = frozenset(
         "tests/verifier/test_runner.py",
         "tests/verifier/test_guards.py",
         "tests/harness/test_resume.py",
+        "tests/harness/test_e2e.py",  # the tuner with the real verifier in process
+        "tests/bot/test_new_user.py",  # rsi try with the real verifier in process
         "tests/harness/test_report.py",
         "tests/bot/test_e2e.py",
         "tests/bot/test_adoption_path.py",
