@@ -97,6 +97,8 @@ SERIAL_FILES = frozenset(
         "tests/verifier/test_fingerprint.py",
         "tests/verifier/test_runner.py",
         "tests/verifier/test_guards.py",
+        "tests/verifier/test_isolation.py",  # an A/A serving verification; time bounds on runs
+        "tests/harness/test_verification.py",  # a timed-out verification within 20 s
         "tests/harness/test_resume.py",
         "tests/harness/test_e2e.py",  # the tuner with the real verifier in process
         "tests/bot/test_new_user.py",  # rsi try with the real verifier in process
