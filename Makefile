@@ -3,11 +3,13 @@
 #
 #   make test          the whole test suite (Docker tests need the engine:
 #                      run scripts/setup-docker.sh, or .ci/run which does it):
-#                      every directory but tests/adversarial one test at a
-#                      time, then tests/adversarial with ADV_WORKERS pytest-xdist
-#                      workers (its cases wait more than they compute: see
-#                      tests/adversarial/README.md). PYTEST_ARGS go to both
-#                      halves (for one file or -k, run .venv/bin/python -m pytest).
+#                      every directory but tests/adversarial: the tests not
+#                      marked serial with TEST_WORKERS pytest-xdist workers, then
+#                      the serial ones (decisions on measured time, Docker: see
+#                      tests/conftest.py) one at a time; then tests/adversarial
+#                      with ADV_WORKERS workers (its cases wait more than they
+#                      compute: see tests/adversarial/README.md). PYTEST_ARGS go
+#                      to all three (for one file or -k, run .venv/bin/python -m pytest).
 #   make demo          the main job: the loop on examples/tiny-tts
 #                      (NEIGHBOUR=1: with a background process keeping one core 50% busy)
 #   make bench         the benchmark tables (verifier quality, harness
@@ -28,6 +30,7 @@ PIP         := $(VENV)/bin/pip
 STAMP       := $(VENV)/.rsi-installed
 PYTEST_ARGS ?=
 ADV_WORKERS ?= 3
+TEST_WORKERS ?= 3
 
 .PHONY: venv test demo bench docker-image agents task-md-example lint clean dist
 
@@ -58,7 +61,8 @@ task-md-example: venv
 
 # exit status 5 (no test collected: PYTEST_ARGS selected none in that half) is not a failure
 test: venv
-	$(PY) -m pytest $(PYTEST_ARGS) --ignore=tests/adversarial || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not serial" -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/adversarial || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) -m serial --ignore=tests/adversarial || [ $$? -eq 5 ]
 	$(PY) -m pytest $(PYTEST_ARGS) -n $(ADV_WORKERS) --dist loadgroup tests/adversarial || [ $$? -eq 5 ]
 
 demo: venv docker-image

@@ -387,9 +387,12 @@ class VerifierSettings(_Model):
     """Calibration refuses a task unless a gain of ``min_gain`` would be
     accepted with this probability within ``max_pairs``; 0.5: ``min_gain`` is
     the gain accepted half the time (larger gains far more often)."""
-    cpus: str | None = Field(None, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+    cpus: str | None = Field(None, pattern=r"^(auto(:\d+)?|\d+(-\d+)?(,\d+(-\d+)?)*)$")
     """Pin every run of both arms to this CPU set (``"0-1"``, ``"2,3"``):
-    affinity for process isolation, ``cpuset_cpus`` for containers."""
+    affinity for process isolation, ``cpuset_cpus`` for containers.
+    ``"auto"`` (half the CPUs) or ``"auto:N"``: the least busy ones when the
+    verification starts (``isolation.resolve_cpus``); the verdict's
+    fingerprint records the set used (``extra["cpuset"]``)."""
     threads: int | None = Field(None, ge=1)
     """OMP/MKL/OpenBLAS/NumExpr thread counts (and ``RSI_THREADS``) for both
     arms; default with ``cpus``: one per pinned CPU. A benchmark's env wins."""

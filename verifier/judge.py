@@ -48,7 +48,7 @@ from .calibrate import Calibration
 from .config import BenchmarkConfig, Direction, VerifyConfig
 from .fingerprint import FingerprintMismatch, collect, ensure_comparable
 from .guards import Evaluator, derived_seed
-from .isolation import Isolation
+from .isolation import Isolation, resolve_cpus
 from .measure import ARM_STAGE, Progress, ProgressEvent, Session, hidden_env
 from .noise import explain_runs
 from .runner import RunRecord
@@ -350,6 +350,19 @@ class _Found:
     changes: list[str]  # tradeoff lines: outputs changed vs a bit-exact Bk
 
 
+def _cpuset(plan: _Plan, cpus: str | None) -> str | None:
+    """The verification's CPU set: ``[verifier] cpus`` resolved once (``auto``:
+    the least busy CPUs now), kept in the verdict's fingerprint
+    (``extra["cpuset"]``) and reused by every later session of it."""
+    fp = plan.base.get("fingerprint")
+    if isinstance(fp, Fingerprint) and fp.extra.get("cpuset"):
+        return fp.extra["cpuset"]
+    resolved = resolve_cpus(cpus)
+    if resolved and isinstance(fp, Fingerprint):
+        plan.base["fingerprint"] = fp.model_copy(update={"extra": {**fp.extra, "cpuset": resolved}})
+    return resolved
+
+
 def _session(
     plan: _Plan,
     bench: BenchmarkConfig,
@@ -361,6 +374,7 @@ def _session(
     run_offset: int = 0,
 ) -> Session:
     v = plan.config.verifier
+    cpus = _cpuset(plan, v.cpus)
     return Session(
         bench,
         plan.arms,
@@ -371,7 +385,7 @@ def _session(
         on_run=on_run,
         run_offset=run_offset,
         isolation=isolation,
-        cpus=v.cpus,
+        cpus=cpus,
         threads=v.threads,
         base_checkout=plan.measuring,
     )
