@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("RSI_SERVER_URL", "http://127.0.0.1:8000"))
     p.add_argument("--requests", type=int, default=_env_int("RSI_SETTING_REQUESTS", default=24))
-    p.add_argument("--concurrency", type=int, default=_env_int("RSI_SETTING_CONCURRENCY", default=2))
+    p.add_argument("--concurrency", type=int,  # a deployment matrix's cell wins over the fixed setting
+                   default=_env_int("RSI_MATRIX_CONCURRENCY", "RSI_SETTING_CONCURRENCY", default=2))
     p.add_argument("--seed", type=int, default=_env_int("RSI_SEED", "RSI_SETTING_SEED", default=0))
     p.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
     p.add_argument("--ttfa-ms", type=float, default=_env_int("RSI_SETTING_TTFA_MS", default=TTFA_MS),
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.requests < 1:
         p.error("--requests must be at least 1")
+    if not 1 <= args.concurrency <= 256:
+        p.error("--concurrency must be 1 .. 256")
     if args.ttfa_ms <= 0:
         p.error("--ttfa-ms must be positive")
     texts = vocab.prompts(args.requests, args.seed)
