@@ -18,6 +18,7 @@ import copy
 import math
 import os
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,7 @@ def measure_cell(
     optionally ``b0``): setup, warm-ups, ``pairs`` pairs in ABBA blocks, and
     every guard judged as at a last look. Never raises."""
     v = config.verifier
+    t0 = time.perf_counter()
     bench = cell_bench(config.benchmark(bench_name), cell)
     cell_seed = derived_seed(seed, bench_name, "cell", cell.label)
     judge = Evaluator(config, bench_name, arms, seed=cell_seed)
@@ -204,6 +206,7 @@ def measure_cell(
             gain_ci=gain_ci,
             guards=tuple(guards),
             metrics=tuple(metrics),
+            duration_s=time.perf_counter() - t0,
         )
         flags = [f"at {cell.label}: {f}" for f in judge.flags()]
         return CellRun(result, s.runs, None, flags, [f"at {cell.label}: {w}" for w in judge.warnings])

@@ -180,6 +180,8 @@ class CellResult(_Frozen):
     guards: tuple[GuardResult, ...] = ()
     metrics: tuple[MetricComparison, ...] = ()
     note: str = ""
+    duration_s: float = 0.0
+    """Wall time the cell's measurement took (what the matrix costs; 0 for the primary)."""
 
     @property
     def label(self) -> str:

@@ -35,7 +35,7 @@ from verifier.cells import (
 from verifier.config import ConfigError, VerifyConfig
 from verifier.isolation import ProcessIsolation
 from verifier.judge import verify
-from verifier.verdict import CellResult, Decision, GuardResult, Interval, Verdict
+from verifier.verdict import CellResult, Decision, GuardResult, GuardStatus, Interval, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_ENV = "TTS_EVAL_SEED"
@@ -155,7 +155,7 @@ def test_a_cell_with_cpus_pins_a_copy_of_the_isolation_never_the_callers():
 # ------------------------------------------------------ judging cells
 
 
-def _guard(status: str, name: str = "latency_p95_s <= 1.05x") -> GuardResult:
+def _guard(status: GuardStatus, name: str = "latency_p95_s <= 1.05x") -> GuardResult:
     return GuardResult(name=name, kind="ratio", metric="latency_p95_s", bound="<= 1.05x",
                        value=2.4 if status == "fail" else 0.7, status=status,
                        detail=f"ratio {'2.4' if status == 'fail' else '0.7'}x")
@@ -338,3 +338,38 @@ def test_a_candidate_rejected_at_the_primary_cell_does_not_pay_for_the_matrix(
                                                         ({"concurrency": 1}, False)]
     assert any("were not measured" in w and "concurrency=1" in w for w in v.warnings), v.warnings
     assert "not measured" in matrix_sentence(v.cells)
+
+
+def test_the_cli_shows_the_matrix(capsys):
+    from rich.console import Console
+
+    from verifier.cli import render_verdict
+
+    v = Verdict(decision=Decision.REJECT, reason="guard failed",
+                cells=(_cell({"concurrency": 1}, 0.6, 0.5, 0.7, _guard("pass"), primary=True),
+                       _cell({"concurrency": 4}, -0.5, -0.6, -0.4, _guard("fail"))))
+    console = Console(width=200, record=True)
+    for part in render_verdict(v):
+        console.print(part)
+    text = console.export_text()
+    assert "deployment matrix" in text and "concurrency=1 (primary)" in text
+    assert "it does not hold at concurrency=4 (latency_p95_s <= 1.05x failed)" in text
+
+
+@pytest.mark.slow
+def test_measure_matrix_measures_every_cell_of_a_pair_of_checkouts(tmp_path, hidden_seed):
+    """What the watch after merge calls: every cell, the primary included, with
+    the pairs asked for; the lock's cell fails its tail guard, the other passes."""
+    from verifier.cells import measure_matrix
+
+    bk = round2.checkout(tmp_path, "bk", LOCK_SERVER, "honest")
+    cand = round2.checkout(tmp_path, "cand", LOCK_SERVER, "serialized")
+    run = measure_matrix(bk, cand, _tts_config([1, 4]), pairs=2, seed=7)
+    assert run.error is None, run.error
+    assert [(c.setting, c.primary, c.pairs) for c in run.cells] == [
+        ({"concurrency": 1}, True, 2), ({"concurrency": 4}, False, 2)]
+    assert [c.setting for c in run.failed] == [{"concurrency": 4}]
+    assert run.runs == 8 and run.seed == 7
+    assert run.cells[0].gain is not None and run.cells[0].gain > 0.3
+    only = measure_matrix(bk, cand, _tts_config([1, 4]), pairs=2, include_primary=False)
+    assert [c.setting for c in only.cells] == [{"concurrency": 4}] and only.failed
