@@ -206,8 +206,10 @@ def _verify(
         failed = _other_benchmark_guards(plan, found, objective, progress, isolation)
         if failed is not None:
             return failed
-    verdict = _conclude(plan, found, objective, progress)
-    return _matrix(plan, found, verdict, progress, isolation)
+    verdict = _matrix(plan, found, _conclude(plan, found, objective, progress), progress, isolation)
+    if verdict.decision != Decision.ERROR:
+        _emit_done(progress, verdict.runs, verdict.pairs, plan.bench_name, verdict.decision)
+    return verdict
 
 
 @dataclass(frozen=True)
@@ -644,7 +646,6 @@ def _conclude(
     if found.flags and decision == Decision.ACCEPT:
         decision, reason = Decision.REVIEW, found.flags[0]
     warnings += [f for f in found.flags if f != reason]
-    _emit_done(progress, found.runs, found.pairs, plan.bench_name, decision)
     return Verdict(
         decision=decision,
         reason=reason,
