@@ -152,6 +152,23 @@ def test_a_cell_with_cpus_pins_a_copy_of_the_isolation_never_the_callers():
     assert cell_isolation(iso, None) is iso
 
 
+def test_each_cells_cpuset_reaches_its_containers_and_no_other(tmp_path):
+    """Container isolation: a cell's CPU set is its containers' cpuset_cpus,
+    with thread variables for that many CPUs; cells never share a pinning."""
+    from verifier.isolation import ContainerIsolation, IsolationSpec, Job
+
+    iso = ContainerIsolation(IsolationSpec.simple("rsi-bot/base:bookworm", cpus=2), client=object())
+    one, both = _config('cpus = ["0", "0-1"]').benchmark().matrix.cells()
+    kw = {}
+    for cell in (one, both):
+        pinned = cell_isolation(iso, cell)
+        pinned.pin(cell.cpus)
+        kw[cell.label] = (pinned.create_kwargs(Job("x", tmp_path))["cpuset_cpus"],
+                          pinned.env.get("OMP_NUM_THREADS"))
+    assert kw == {"cpus=0": ("0", "1"), "cpus=0-1": ("0,1", "2")}
+    assert "cpuset_cpus" not in iso.create_kwargs(Job("x", tmp_path)) and "OMP_NUM_THREADS" not in iso.env
+
+
 # ------------------------------------------------------ judging cells
 
 
