@@ -393,3 +393,12 @@ def test_measure_matrix_measures_every_cell_of_a_pair_of_checkouts(tmp_path, hid
     assert run.cells[0].gain is not None and run.cells[0].gain > 0.3
     only = measure_matrix(bk, cand, _tts_config([1, 4]), pairs=2, include_primary=False)
     assert [c.setting for c in only.cells] == [{"concurrency": 4}] and only.failed
+
+
+def test_the_run_estimate_counts_the_matrix():
+    from harness.cli import estimate
+
+    spec = build_task((round2.EXAMPLE / ".rsi" / "config.toml").read_text(), None, "t")
+    text = estimate(spec, 1)
+    # tiny-tts: one other cell (concurrency=4), 2 pairs, up to 3 arms, no warm-up
+    assert "plus 6 for the deployment matrix's other cells after an accept" in text, text
