@@ -31,14 +31,24 @@ from .measure import Progress, Session, hidden_env
 from .verdict import CellResult, GuardResult, Interval, MetricComparison, RunError, arm_label
 
 __all__ = [
+    "MATRIX_HEADER",
+    "CellRun",
     "MatrixRun",
     "cell_bench",
     "cell_isolation",
+    "cell_row",
     "cells_of",
+    "column_metrics",
     "cpus_problem",
     "failed_cells_reason",
+    "gain_text",
+    "matrix_sentence",
     "measure_cell",
     "measure_matrix",
+    "metric_text",
+    "primary_result",
+    "unclear_cells_reason",
+    "unmeasured",
 ]
 
 
@@ -270,9 +280,8 @@ def measure_matrix(
     without a matrix is one cell: its plain settings. The hidden inputs are
     the config's (``[hidden]``: a fresh seed in the runner's environment is a
     fresh draw). Stops at the first run error (``error``). Never raises."""
-    seed = secrets.randbits(63) if seed is None and config.verifier.seed is None else (
-        seed if seed is not None else config.verifier.seed or 0
-    )
+    if seed is None:
+        seed = config.verifier.seed if config.verifier.seed is not None else secrets.randbits(63)
     name = benchmark or config.objective.benchmark
     try:
         bench = config.benchmark(name)
