@@ -67,7 +67,9 @@ def main() -> int:
                   f"{c.duration_s:6.1f} s  gain {c.gain:+.1%}  "
                   f"failed: {', '.join(g.name for g in c.failed) or 'none'}")
         print(f"all cells: {total:.1f} s, {run.runs} runs ({os.getloadavg()[0]:.1f} load)")
-        print(render_matrix_table(Verdict(decision=Decision.ACCEPT, reason="", cells=tuple(run.cells))))
+        verdict = Verdict(schema="rsi.verdict/1", decision=Decision.ACCEPT, reason="",
+                          cells=tuple(run.cells))
+        print(render_matrix_table(verdict))
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

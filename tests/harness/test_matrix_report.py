@@ -48,7 +48,7 @@ def _verdict() -> Verdict:
     obj = ObjectiveResult(benchmark="tts", metric="throughput", direction="higher", ratio=1.66,
                           ratio_ci=Interval(low=1.55, high=1.78), gain=0.66,
                           gain_ci=Interval(low=0.55, high=0.78), min_gain=0.1)
-    return Verdict(decision=Decision.REJECT, objective=obj, cells=cells, guards=(ok,),
+    return Verdict(schema="rsi.verdict/1", decision=Decision.REJECT, objective=obj, cells=cells, guards=(ok,),
                    reason="guard failed: latency_p95_s <= 1.05x at concurrency=4 vs Bk: ratio 2.4x",
                    shas={"bk": "a" * 40, "candidate": "b" * 40})
 

@@ -158,6 +158,9 @@ def request(url: str, text: str, timeout_s: float, ttfa_ms: float = TTFA_MS, sty
         res.error = f"{len(res.pcm)} bytes of audio (expected a positive, even number)"
         return res
     first = first_audio(res.arrivals, ttfa_ms)
+    if first is None:  # audio with no read noted: cannot happen, never a silent zero
+        res.error = "no audio arrived"
+        return res
     res.ttfa_s, res.stall_s = res.arrivals[first][0], stall(res.arrivals, first)
     res.ok = True
     return res
