@@ -408,6 +408,7 @@ def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | No
         lines += [f"> {q}" for q in quoted] + [""]
     if verdict is not None:
         lines += [headline(verdict), ""]  # harness.report's one-line verdict
+        lines += matrix_section(verdict)
     lines += ["This draft PR holds exactly one change. The verifier's full report is in the "
               "comment below and in the `rsi/verifier` check run.", "",
               "Merging it makes the merge commit the new baseline (Bk) for the next rounds; "
@@ -415,6 +416,18 @@ def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | No
     if labeler:
         lines += ["", f"Review requested from @{labeler}, who started the task."]
     return "\n".join(lines)
+
+
+def matrix_section(verdict: Verdict) -> list[str]:
+    """The PR body's deployment matrix: in words where the gain holds and
+    where it does not, then the cell table (``harness.report``); nothing
+    without a matrix."""
+    from harness.report import render_matrix_table
+
+    table = render_matrix_table(verdict)
+    if not table:
+        return []
+    return ["#### Where the gain holds", "", *table.splitlines()[2:], ""]
 
 
 def conflict_note(merged_pr: int | None, detail: str) -> str:

@@ -909,6 +909,8 @@ def render_markdown_report(
     if render_links(v, links):
         parts.append(render_links(v, links))
     parts.append(render_summary_table(v))
+    if render_matrix_table(v):
+        parts.append(render_matrix_table(v))
     trade = _tradeoffs(v)
     if trade:
         parts.append("**Tradeoffs**\n\n" + "\n".join(f"- {_display(_clip(t, 400))}" for t in trade[:20]))
@@ -971,6 +973,36 @@ def render_markdown_report(
             out += "\n</details>"
         out += note
     return out
+
+
+def render_matrix_table(v: Verdict | None) -> str:
+    """The deployment matrix (``Verdict.cells``): one sentence saying where
+    the gain holds and where it does not, and the cell table (setting | gain
+    vs Bk | p95 | TTFA | memory); '' without a matrix."""
+    from verifier.cells import MATRIX_HEADER, cell_row, matrix_sentence
+
+    if v is None or not v.cells:
+        return ""
+    lines = ["**Deployment matrix**", "", _display(matrix_sentence(v.cells)), "",
+             "| " + " | ".join(MATRIX_HEADER) + " |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines += ["| " + " | ".join(_cell(c, 300) for c in cell_row(cell)) + " |" for cell in v.cells[:16]]
+    return "\n".join(lines)
+
+
+def matrix_html_sections(v: Verdict | None) -> list[str]:
+    """``render_matrix_table`` as HTML (the report page and the task page)."""
+    from verifier.cells import MATRIX_HEADER, cell_row, matrix_sentence
+
+    if v is None or not v.cells:
+        return []
+    head = "".join(f"<th>{_h(c)}</th>" for c in MATRIX_HEADER)
+    rows = "".join(
+        f'<tr class="{"fail" if cell.failed else "pass"}">'
+        + "".join(f"<td>{_h(c)}</td>" for c in cell_row(cell)) + "</tr>"
+        for cell in v.cells[:16]
+    )
+    return ["<h2>Deployment matrix</h2>", f"<p>{_h(matrix_sentence(v.cells))}</p>",
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"]
 
 
 # ---------------------------------------------------------------- HTML
@@ -1146,6 +1178,7 @@ def html_report_sections(
                      + "".join(f'<td class="num">{_h(c)}</td>' for c in (r.b0, r.bk, r.candidate, r.change, r.interval))
                      + f"<td>{_h(r.verdict)}</td></tr>")
         b.append("</tbody></table>")
+    b += matrix_html_sections(v)
     trade = _tradeoffs(v)
     if trade:
         b.append("<h2>Tradeoffs</h2><ul>" + "".join(f"<li>{_h(t)}</li>" for t in trade) + "</ul>")

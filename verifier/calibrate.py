@@ -42,6 +42,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats as _st
 
+from .cells import cell_bench, cell_isolation, cells_of
 from .config import ConfigError, Direction, VerifyConfig
 from .fingerprint import collect
 from .isolation import Isolation, resolve_cpus
@@ -268,6 +269,9 @@ def calibrate(
     try:
         bench = config.benchmark(name)
         env, drop = hidden_env(config)
+        cell = cells_of(bench)[0] if bench.matrix is not None else None
+        bench = cell_bench(bench, cell)  # A/A at the primary cell: where the objective is decided
+        isolation = cell_isolation(isolation, cell)
     except (ConfigError, ValueError) as e:
         return Calibration(**base, error=RunError(stage="config", message=str(e)))
     direction = bench.known_metrics().get(metric, "lower")
@@ -286,7 +290,7 @@ def calibrate(
             progress=progress,
             on_run=_probe_after_run,
             isolation=isolation,
-            cpus=cpus,
+            cpus=(cell.cpus if cell else None) or cpus,
             threads=v.threads,
         ) as s:
             err = s.setup() or s.warmup(v.warmup) or s.add_pairs(n)

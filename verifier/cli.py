@@ -119,11 +119,11 @@ def render_verdict(v: Verdict) -> list:
         if has_b0:
             t.add_column("vs B0", justify="right")
         t.add_column("source")
-        o = v.objective
+        obj = v.objective
         for m in v.metrics:
-            if o is not None and m.name == o.metric and o.ratio is not None:
+            if obj is not None and m.name == obj.metric and obj.ratio is not None:
                 # the objective's own estimate, the one the decision rests on
-                m = m.model_copy(update={"ratio_vs_bk": o.ratio, "ratio_vs_bk_ci": o.ratio_ci})
+                m = m.model_copy(update={"ratio_vs_bk": obj.ratio, "ratio_vs_bk_ci": obj.ratio_ci})
             row = [f"{m.name} ({m.direction[0]})"]
             if has_b0:
                 row.append(_num(m.b0))
@@ -149,6 +149,8 @@ def render_verdict(v: Verdict) -> list:
             c = _COLOR.get(g.status, "white")
             t.add_row(escape(g.name), g.against, f"[{c}]{g.status}[/]", escape(g.detail))
         out.append(t)
+    if v.cells:
+        out += _matrix_table(v)
     for line in v.tradeoffs:
         out.append(f"tradeoff: {escape(line)}")
     for line in v.warnings:
@@ -159,6 +161,18 @@ def render_verdict(v: Verdict) -> list:
             tail = "\n".join(v.error.stderr_tail.strip().splitlines()[-15:])
             out.append(f"[dim]{escape(tail)}[/]")
     return out
+
+
+def _matrix_table(v: Verdict) -> list:
+    """The deployment matrix: a row per cell, then where the gain holds in words."""
+    from .cells import MATRIX_HEADER, cell_row, matrix_sentence
+
+    t = Table(title="deployment matrix")
+    for col in MATRIX_HEADER:
+        t.add_column(col)
+    for cell in v.cells:
+        t.add_row(*(escape(c) for c in cell_row(cell)))
+    return [t, escape(matrix_sentence(v.cells))]
 
 
 def render_calibration(c: Calibration, min_gain: float) -> list:

@@ -43,6 +43,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .matrix import Matrix
 from .qualitykinds import (
     KIND_NAMES,
     QUALITY_KINDS,
@@ -147,6 +148,11 @@ class BenchmarkConfig(_Model):
     """Unit of each declared metric or sample series (parsed with pint: "s", "ms",
     "1/s", "token/s", "MiB"); a series' percentiles take its unit. Reports show a
     metric without one as a plain number: units are never guessed from names."""
+    matrix: Matrix | None = None
+    """Deployment matrix: settings a deployment varies (``concurrency = [1, 4]``,
+    ``cpus = ["0", "0-1"]``); the primary cell decides the objective, every other
+    cell is measured with ``pairs`` pairs and judged by the same guards (see
+    ``verifier.matrix``)."""
 
     @field_validator("ready_pattern")
     @classmethod
@@ -219,6 +225,8 @@ class BenchmarkConfig(_Model):
             out.append(f"{where}: ready_path is for serving benchmarks (serve + client)")
         if self.ready_path is not None and not self.ready_path.startswith("/"):
             out.append(f"{where}: ready_path must start with '/', got {self.ready_path!r}")
+        if self.matrix is not None:
+            out += self.matrix.problems(f"{where}.matrix")
         for m in self.evaluator_metrics:
             if not self.evaluator:
                 out.append(f"{where}: evaluator_metrics needs an evaluator command")
