@@ -5,12 +5,14 @@
 #                      pyproject.toml; strict on the seams); `make test` runs it first
 #   make test          the whole test suite (Docker tests need the engine:
 #                      run scripts/setup-docker.sh, or .ci/run which does it):
-#                      every directory but tests/adversarial one test at a
-#                      time (its tests not marked docker under coverage, with a
-#                      floor: [tool.coverage] in pyproject.toml), then tests/adversarial with ADV_WORKERS pytest-xdist
-#                      workers (its cases wait more than they compute: see
-#                      tests/adversarial/README.md). PYTEST_ARGS go to both
-#                      halves (for one file or -k, run .venv/bin/python -m pytest).
+#                      every directory but tests/adversarial: the tests not
+#                      marked serial with TEST_WORKERS pytest-xdist workers (under
+#                      coverage, with a floor: [tool.coverage] in pyproject.toml), then
+#                      the serial ones (decisions on measured time, Docker: see
+#                      tests/conftest.py) one at a time; then tests/adversarial
+#                      with ADV_WORKERS workers (its cases wait more than they
+#                      compute: see tests/adversarial/README.md). PYTEST_ARGS go
+#                      to all three (for one file or -k, run .venv/bin/python -m pytest).
 #   make demo          the main job: the loop on examples/tiny-tts
 #                      (NEIGHBOUR=1: with a background process keeping one core 50% busy)
 #   make bench         the benchmark tables (verifier quality, harness
@@ -31,6 +33,7 @@ PIP         := $(VENV)/bin/pip
 STAMP       := $(VENV)/.rsi-installed
 PYTEST_ARGS ?=
 ADV_WORKERS ?= 3
+TEST_WORKERS ?= 3
 
 .PHONY: venv typecheck test demo bench docker-image agents task-md-example lint clean dist
 
@@ -59,24 +62,21 @@ agents: venv
 task-md-example: venv
 	$(PY) -m harness.agents.taskmd examples/tiny-tts --out docs/task-md-example.md
 
-# exit status 5 (no test collected: PYTEST_ARGS selected none in that half) is not a failure
 # the type checker first: a type error fails in seconds, before the long suite
 typecheck: venv
 	$(PY) -m mypy
 
-# The serial half, whole (no PYTEST_ARGS): its tests not marked docker under
-# coverage, with the floor ([tool.coverage.report] fail_under in pyproject.toml),
-# then its docker tests. Docker tests run their code in containers coverage does
-# not see, and skip where there is no engine: the floor must not depend on that.
-ifeq ($(strip $(PYTEST_ARGS)),)
-SERIAL_TESTS = $(PY) -m pytest --ignore=tests/adversarial -m "not docker" --cov --cov-report=term \
-	&& { $(PY) -m pytest --ignore=tests/adversarial -m docker || [ $$? -eq 5 ]; }
-else
-SERIAL_TESTS = $(PY) -m pytest $(PYTEST_ARGS) --ignore=tests/adversarial || [ $$? -eq 5 ]
-endif
+# Coverage (pytest-cov) on the tests not marked serial, the whole of them only
+# (no PYTEST_ARGS: a subset covers less), failing under the floor
+# ([tool.coverage.report] fail_under). Never on the serial ones: they decide on
+# measured time, and a tracer slows what they time; Docker's run in containers
+# coverage does not see.
+COV_ARGS = $(if $(strip $(PYTEST_ARGS)),,--cov --cov-report=term)
 
+# exit status 5 (no test collected: PYTEST_ARGS selected none in that half) is not a failure
 test: venv typecheck
-	$(SERIAL_TESTS)
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not serial" -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/adversarial $(COV_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) -m serial --ignore=tests/adversarial || [ $$? -eq 5 ]
 	$(PY) -m pytest $(PYTEST_ARGS) -n $(ADV_WORKERS) --dist loadgroup tests/adversarial || [ $$? -eq 5 ]
 
 demo: venv docker-image

@@ -14,6 +14,9 @@ import json
 import logging
 import queue
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -129,16 +132,6 @@ def _settle(fut: asyncio.Future, result: Any, exc: BaseException | None) -> None
         fut.set_result(result)
 
 
-class _AsgiApp:
-    """Makes Starlette route to ``fn`` as a bare ASGI app (not a request handler)."""
-
-    def __init__(self, fn: Callable[..., Any]):
-        self.fn = fn
-
-    async def __call__(self, scope, receive, send) -> None:
-        await self.fn(scope, receive, send)
-
-
 _PROXIED = ("forwarded", "x-forwarded-for", "x-real-ip", "x-forwarded-host")
 
 
@@ -157,138 +150,190 @@ def metrics_allowed(tokens: list[str], request: Request) -> bool:
     return local and not any(h in request.headers for h in _PROXIED)
 
 
-def create_app(settings: Settings, *, store: Store | None = None,
-               start_workers: Callable[[], Any] | None = None) -> FastAPI:
-    """Build the web app.
+@dataclass
+class WebState:
+    """What the web process's routes share (``app.state.web``): built once by
+    :func:`create_app`, read by the module-level route functions below."""
 
-    ``start_workers``: called at startup, returning an object with ``stop()``
-    (e.g. a :class:`bot.worker.WorkerPool`); None runs no workers here.
-    """
-    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
+    settings: Settings
+    store: Store
+    registry: CollectorRegistry
+    deliveries: Counter
+    """``rsi_webhook_deliveries{event, outcome}``."""
+    secrets: list[bytes]
+    cap: int
+    """The largest webhook body taken, in bytes."""
+    batcher: DeliveryBatcher
+    start_workers: Callable[[], Any] | None = None
+
+
+def new_state(settings: Settings, store: Store,
+              start_workers: Callable[[], Any] | None = None) -> WebState:
     registry = CollectorRegistry(auto_describe=True)
     deliveries = Counter("rsi_webhook_deliveries", "Webhook deliveries by outcome",
                          ["event", "outcome"], registry=registry)
     registry.register(_StoreCollector(store))
-    secrets = [s.encode() for s in settings.webhook_secret]
-    cap = settings.max_body_bytes
-    batcher = DeliveryBatcher(store)
+    return WebState(settings=settings, store=store, registry=registry, deliveries=deliveries,
+                    secrets=[s.encode() for s in settings.webhook_secret],
+                    cap=settings.max_body_bytes, batcher=DeliveryBatcher(store),
+                    start_workers=start_workers)
 
-    from contextlib import asynccontextmanager
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        pool = start_workers() if start_workers else None
-        app.state.pool = pool
-        try:
-            yield
-        finally:
-            if pool is not None:
-                await run_in_threadpool(pool.stop)
-            await run_in_threadpool(batcher.stop)
+def web_state(app: Any) -> WebState:
+    state: WebState = app.state.web
+    return state
 
-    app = FastAPI(title="rsi-bot", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
-    app.state.store = store
-    app.state.settings = settings
-    app.state.registry = registry
 
-    async def deliver(headers: Any, body: bytes | None) -> tuple[int, dict[str, Any]]:
-        """The whole of POST /webhook, given the raw headers and body."""
-        if body is None:
-            deliveries.labels("?", "too_large").inc()
-            return 413, {"error": f"body exceeds {cap} bytes"}
-        try:
-            ev = webhook.parse(headers, body, secrets=secrets, max_bytes=cap)
-        except webhook.WebhookError as e:
-            deliveries.labels("?", "unauthorized" if e.status == 401 else "refused").inc()
-            return e.status, {"error": e.message}
-        why = webhook.admitted(ev, repos=settings.allowed_repos,
-                               installations=settings.allowed_installations)
-        if why is not None:
-            deliveries.labels(ev.name, "not_served").inc()
-            return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": "ignored",
-                         "reason": why}
-        obs.bind_delivery(ev.delivery_id, ev.key)  # this request's task only (asyncio copies)
-        crash.point("intake")  # tests: killed before the delivery is stored
-        try:
-            job_id = await asyncio.wait_for(
-                batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body),
-                settings.intake_timeout_s)
-            crash.point("stored")  # tests: killed after the commit, before the 202
-        except asyncio.TimeoutError:
-            # a stuck store (a held lock, a slow disk): answer well inside GitHub's 10 s; the
-            # delivery fails on GitHub and is redelivered (bot.redeliver), or is stored late
-            log.error("the store did not take delivery %s within %.1f s: answering 503",
-                      ev.delivery_id, settings.intake_timeout_s)
-            deliveries.labels(ev.name, "store_timeout").inc()
-            return 503, {"error": "the store is busy; the delivery can be redelivered"}
-        except Exception:
-            log.exception("could not store delivery %s", ev.delivery_id)
-            deliveries.labels(ev.name, "store_error").inc()
-            # 503: GitHub shows it as failed and the delivery can be redelivered.
-            return 503, {"error": "could not store the delivery"}
-        outcome = "accepted" if job_id is not None else "duplicate"
-        deliveries.labels(ev.name, outcome).inc()
-        log.info("delivery %s", outcome, extra={"job_id": job_id})
-        return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": outcome}
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Start the workers (if any) with the app; stop them, then the delivery writer."""
+    st = web_state(app)
+    pool = st.start_workers() if st.start_workers else None
+    app.state.pool = pool
+    try:
+        yield
+    finally:
+        if pool is not None:
+            await run_in_threadpool(pool.stop)
+        await run_in_threadpool(st.batcher.stop)
 
-    async def webhook_endpoint(scope, receive, send) -> None:
-        """POST /webhook as a bare ASGI app: no request object, no dependency
-        injection; bytes in, bytes out (this route is the hot path)."""
+
+async def deliver(st: WebState, headers: Any, body: bytes | None) -> tuple[int, dict[str, Any]]:
+    """The whole of POST /webhook, given the raw headers and body (None: too large)."""
+    settings, deliveries = st.settings, st.deliveries
+    if body is None:
+        deliveries.labels("?", "too_large").inc()
+        return 413, {"error": f"body exceeds {st.cap} bytes"}
+    try:
+        ev = webhook.parse(headers, body, secrets=st.secrets, max_bytes=st.cap)
+    except webhook.WebhookError as e:
+        deliveries.labels("?", "unauthorized" if e.status == 401 else "refused").inc()
+        return e.status, {"error": e.message}
+    why = webhook.admitted(ev, repos=settings.allowed_repos,
+                           installations=settings.allowed_installations)
+    if why is not None:
+        deliveries.labels(ev.name, "not_served").inc()
+        return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": "ignored",
+                     "reason": why}
+    obs.bind_delivery(ev.delivery_id, ev.key)  # this request's task only (asyncio copies)
+    crash.point("intake")  # tests: killed before the delivery is stored
+    try:
+        job_id = await asyncio.wait_for(
+            st.batcher.submit(ev.delivery_id, ev.name, ev.action, ev.body),
+            settings.intake_timeout_s)
+        crash.point("stored")  # tests: killed after the commit, before the 202
+    except asyncio.TimeoutError:
+        # a stuck store (a held lock, a slow disk): answer well inside GitHub's 10 s; the
+        # delivery fails on GitHub and is redelivered (bot.redeliver), or is stored late
+        log.error("the store did not take delivery %s within %.1f s: answering 503",
+                  ev.delivery_id, settings.intake_timeout_s)
+        deliveries.labels(ev.name, "store_timeout").inc()
+        return 503, {"error": "the store is busy; the delivery can be redelivered"}
+    except Exception:
+        log.exception("could not store delivery %s", ev.delivery_id)
+        deliveries.labels(ev.name, "store_error").inc()
+        # 503: GitHub shows it as failed and the delivery can be redelivered.
+        return 503, {"error": "could not store the delivery"}
+    outcome = "accepted" if job_id is not None else "duplicate"
+    deliveries.labels(ev.name, outcome).inc()
+    log.info("delivery %s", outcome, extra={"job_id": job_id})
+    return 202, {"delivery": ev.delivery_id, "event": ev.key, "outcome": outcome}
+
+
+class _Disconnected(Exception):
+    """The client went away before its whole body arrived."""
+
+
+async def read_body(headers: dict[str, str], receive: Any, cap: int) -> bytes | None:
+    """The request's body, or None when it is (or says it is) larger than ``cap``."""
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        return None
+    chunks, size, more = [], 0, True
+    while more:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+        more = msg.get("more_body", False)
+    return b"".join(chunks)
+
+
+class WebhookEndpoint:
+    """POST /webhook as a bare ASGI app: no request object, no dependency
+    injection; bytes in, bytes out (this route is the hot path)."""
+
+    def __init__(self, st: WebState):
+        self.st = st
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        declared = headers.get("content-length", "")
-        body: bytes | None = None
-        if not (declared.isdigit() and int(declared) > cap):
-            chunks, size, more = [], 0, True
-            while more:
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    return
-                chunk = msg.get("body", b"")
-                size += len(chunk)
-                if size > cap:
-                    break
-                chunks.append(chunk)
-                more = msg.get("more_body", False)
-            else:
-                body = b"".join(chunks)
-        status, doc = await deliver(headers, body)
+        try:
+            body = await read_body(headers, receive, self.st.cap)
+        except _Disconnected:
+            return
+        status, doc = await deliver(self.st, headers, body)
         payload = json.dumps(doc).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
 
-    app.router.routes.insert(0, Route("/webhook", _AsgiApp(webhook_endpoint), methods=["POST"]))
 
+async def healthz() -> Response:
+    return JSONResponse({"ok": True})
+
+
+async def metrics(request: Request) -> Response:
+    st = web_state(request.app)
+    if not metrics_allowed(st.settings.metrics_token, request):
+        return JSONResponse({"error": "/metrics needs Authorization: Bearer <RSI_METRICS_TOKEN>"
+                             " (without a token it answers only this machine)"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+    data = await run_in_threadpool(generate_latest, st.registry)
+    ops = await run_in_threadpool(generate_latest, obs.REGISTRY)  # job durations
+    return Response(data + ops, media_type=CONTENT_TYPE_LATEST)
+
+
+def mount_task_pages(app: FastAPI, settings: Settings, store: Store) -> None:
+    """The read-only task pages (``RSI_WEB_ENABLED``; the DB only, never GitHub)."""
+    from bot import web
+    from bot.gh import web_root
+
+    oauth = (web.OAuth(settings.web_oauth_client_id, settings.web_oauth_client_secret,
+                       web_root(settings.github_api_url), settings.github_api_url,
+                       settings.public_url or "")
+             if settings.web_oauth_client_id and settings.web_oauth_client_secret else None)
+    web.mount(app, store=store, tokens=settings.web_token,
+              web_root=web_root(settings.github_api_url), oauth=oauth,
+              secure_cookie=(settings.public_url or "").startswith("https://"))
+
+
+def create_app(settings: Settings, *, store: Store | None = None,
+               start_workers: Callable[[], Any] | None = None) -> FastAPI:
+    """Build the web app: its state, routes and lifespan, wired.
+
+    ``start_workers``: called at startup, returning an object with ``stop()``
+    (e.g. a :class:`bot.worker.WorkerPool`); None runs no workers here.
+    """
     from bot import setup_flow
 
+    store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
+    st = new_state(settings, store, start_workers)
+    app = FastAPI(title="rsi-bot", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.web = st
+    app.state.store = store
+    app.state.settings = settings
+    app.state.registry = st.registry
+    app.router.routes.insert(0, Route("/webhook", WebhookEndpoint(st), methods=["POST"]))
     setup_flow.mount(app, settings)  # GET /setup: a status page (the flow is `rsi setup`)
-
-    if settings.web_enabled:  # read-only task pages (the DB only, never GitHub)
-        from bot import web
-        from bot.gh import web_root
-
-        oauth = (web.OAuth(settings.web_oauth_client_id, settings.web_oauth_client_secret,
-                           web_root(settings.github_api_url), settings.github_api_url,
-                           settings.public_url or "")
-                 if settings.web_oauth_client_id and settings.web_oauth_client_secret else None)
-        web.mount(app, store=store, tokens=settings.web_token,
-                  web_root=web_root(settings.github_api_url), oauth=oauth,
-                  secure_cookie=(settings.public_url or "").startswith("https://"))
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        return JSONResponse({"ok": True})
-
-    @app.get("/metrics")
-    async def metrics(request: Request) -> Response:
-        if not metrics_allowed(settings.metrics_token, request):
-            return JSONResponse({"error": "/metrics needs Authorization: Bearer <RSI_METRICS_TOKEN>"
-                                 " (without a token it answers only this machine)"},
-                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        data = await run_in_threadpool(generate_latest, registry)
-        ops = await run_in_threadpool(generate_latest, obs.REGISTRY)  # job durations
-        return Response(data + ops, media_type=CONTENT_TYPE_LATEST)
-
+    if settings.web_enabled:
+        mount_task_pages(app, settings, store)
+    app.add_api_route("/healthz", healthz, methods=["GET"])
+    app.add_api_route("/metrics", metrics, methods=["GET"])
     return app

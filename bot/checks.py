@@ -26,6 +26,7 @@ from typing import Any
 from bot import crash, render
 from bot.context import Context, task_lane
 from bot.gh import CheckRunInfo, GitHubError
+from bot.payloads import TaskPayload
 from bot.store import LiveCheck, Task
 from bot.vocab import JobKind
 
@@ -51,13 +52,14 @@ def base_sha(ctx: Context, task: Task) -> str | None:
         return None
 
 
-def queue_job(ctx: Context, task: Task, kind: str, payload: dict[str, Any], *, key: str,
+def queue_job(ctx: Context, task: Task, payload: TaskPayload, *, key: str,
               head_sha: str | None = None, n: int | None = None) -> int | None:
-    """Enqueue a heavy job in the task's lane and open its check run ``queued``.
-    Returns the job id, or None when a job with this key was already queued."""
-    job_id = ctx.store.enqueue(kind, payload, lane=task_lane(task.id), key=key)
+    """Enqueue a heavy job (of ``payload``'s kind) in the task's lane and open its
+    check run ``queued``. Returns the job id, or None when a job with this key was
+    already queued."""
+    job_id = ctx.store.enqueue_job(payload, lane=task_lane(task.id), key=key)
     if job_id is not None:
-        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(kind),
+        open_check(ctx, task, job_id=job_id, head_sha=head_sha, n=n, what=_what(payload.kind),
                    fresh=True)
     return job_id
 

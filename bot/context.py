@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bot.command_table import WRITERS
 from bot.gh import GitHubPort
 from bot.harness_port import HarnessPort
 from bot.settings import Settings
 from bot.store import Store
+from bot.webhook import Event
 
-TRUSTED_ROLES = ("write", "maintain", "admin")
+TRUSTED_ROLES = WRITERS  # who may add the label or run a command
 
 
 @dataclass
@@ -26,6 +28,10 @@ class Context:
     gh: GitHubPort
     harness: HarnessPort
     clock: Callable[[], float] = time.time
+    route: Callable[[Context, Event], str] | None = None
+    """Hands a webhook event to its handler (:func:`bot.handlers.route`, wired by
+    :mod:`bot.service`; the ``event`` job calls it, so the jobs never import the
+    handlers, which queue the jobs)."""
     _login: str | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -37,7 +43,7 @@ class Context:
             return self._login
 
     def is_us(self, login: str | None) -> bool:
-        return bool(login) and (login or "").lower() == self.login().lower()
+        return login is not None and login != "" and login.lower() == self.login().lower()
 
     def task_dir(self, repo: str, issue: int) -> Path:
         owner, _, name = repo.partition("/")

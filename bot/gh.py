@@ -219,6 +219,14 @@ class GitHubPort(Protocol):
 
     def request_reviewers(self, repo: str, number: int, reviewers: Sequence[str]) -> None: ...
 
+    def ensure_label(self, repo: str, name: str, *, color: str, description: str) -> None:
+        """The repository has label `name` (created with `color` and `description` if not)."""
+        ...
+
+    def add_labels(self, repo: str, number: int, labels: Sequence[str]) -> None:
+        """Add `labels` to issue/PR `number` (existing ones stay)."""
+        ...
+
     def get_pull(self, repo: str, number: int) -> PullInfo: ...
 
     def list_pulls(self, repo: str, *, head_prefix: str = "", state: str = "open") -> list[PullInfo]:
@@ -532,6 +540,26 @@ class PyGithubPort:
         self._call("POST", f"/repos/{repo}/pulls/{number}/requested_reviewers",
               lambda: self._repo(repo).get_pull(number).create_review_request(
                   reviewers=list(reviewers)))
+
+    def ensure_label(self, repo: str, name: str, *, color: str, description: str) -> None:
+        try:
+            self._call("GET", f"/repos/{repo}/labels/{name}",
+                       lambda: self._repo(repo).get_label(name).color)  # complete the lazy object
+        except GitHubError as e:
+            if e.status != 404:
+                raise
+            try:
+                self._call("POST", f"/repos/{repo}/labels", lambda: self._repo(repo).create_label(
+                    name=name, color=color, description=description))
+            except GitHubError as e2:
+                if e2.status != 422:  # 422: made meanwhile ("already_exists")
+                    raise
+
+    def add_labels(self, repo: str, number: int, labels: Sequence[str]) -> None:
+        if isinstance(labels, str):
+            raise TypeError("labels is a list of names")
+        self._call("POST", f"/repos/{repo}/issues/{number}/labels",
+                   lambda: self._repo(repo).get_issue(number).add_to_labels(*labels))
 
     def get_pull(self, repo: str, number: int) -> PullInfo:
         def go() -> PullInfo:

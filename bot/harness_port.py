@@ -8,7 +8,7 @@ the harness in-process, importing it lazily (the web process never needs the
 loop); tests pass a fake with the same methods.
 
 The loop's events are ``harness.events.LoopEvent`` (typed, keyed on
-``kind``); results are ``TaskResult``, ``RebaselineResult`` and the
+``kind``); results are ``TaskResult``, ``RebaselineResult``, ``WatchResult`` and the
 verifier's ``Verdict``.
 """
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from harness.ledger import LedgerRecord, Usage
     from harness.loop import RebaselineResult, TaskResult
     from harness.spec import TaskSpec
+    from harness.watch import WatchResult
     from verifier.verdict import Verdict
 
 
@@ -48,6 +49,11 @@ class HarnessPort(Protocol):
                    on_event: Callable[[LoopEvent], None] | None = None) -> RebaselineResult: ...
 
     def reverify(self, repo: Path, spec: TaskSpec, branch: str, *, state_dir: Path) -> Verdict: ...
+
+    def watch(self, repo: Path, spec: TaskSpec, merge_sha: str, *, state_dir: Path) -> WatchResult:
+        """The watch after merge: ``merge_sha`` against its parent, fresh hidden draw,
+        more requests (``harness.watch``)."""
+        ...
 
     def ledger(self, repo: Path, task_id: str) -> list[LedgerRecord]:
         """The task's records on ``rsi/ledger`` of a local clone (oldest first)."""
@@ -96,6 +102,11 @@ class RealHarness:
         from harness import loop
 
         return loop.reverify(repo, spec, branch, state_dir=state_dir)
+
+    def watch(self, repo: Path, spec: TaskSpec, merge_sha: str, *, state_dir: Path) -> WatchResult:
+        from harness import watch
+
+        return watch.watch(repo, spec, merge_sha, state_dir=state_dir)
 
     def ledger(self, repo: Path, task_id: str) -> list[LedgerRecord]:
         from harness.ledger import Ledger

@@ -27,7 +27,6 @@ from typing import Any, Iterator
 import structlog
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from structlog.typing import Processor
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 JOB_DURATION = Histogram(
@@ -36,7 +35,7 @@ JOB_DURATION = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200,
              float("inf")))
 
-_SHARED: list[Processor] = [
+_SHARED: list[Any] = [
     structlog.contextvars.merge_contextvars,
     structlog.processors.add_log_level,
     structlog.stdlib.add_logger_name,
@@ -75,7 +74,9 @@ def get_logger(name: str) -> Any:
 
 def job_ids(job: Any) -> dict[str, Any]:
     """The ids a job's log lines carry: job id and kind, its delivery, its task."""
-    payload = getattr(job, "payload", None) or {}
+    payload = getattr(job, "payload", None)
+    if not isinstance(payload, dict):  # a payload that does not fit fails its job, not this
+        payload = {}
     ids: dict[str, Any] = {"job_id": job.id, "job_kind": job.kind}
     if payload.get("delivery_id") is not None:
         ids["delivery_id"] = str(payload["delivery_id"])[:200]

@@ -12,20 +12,32 @@ it with the hidden sticky marker and keeps it under GitHub's comment limit.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from bot import command_table
 from bot.vocab import (
     KEPT,
-    LEDGER_STATUS,
     TASK_CONCLUSIONS,
     TASK_STATE_WORDS,
     CandidateState,
     decision_style,
 )
-from harness.report import HistoryPoint, ReportLinks, headline, render_markdown_report
+from harness.ledger import CandidateStatus
+from harness.report import (
+    HistoryPoint,
+    LedgerRow,
+    ReportLinks,
+    gain_interval,
+    headline,
+    render_markdown_report,
+)
 from harness.spec import TaskSpec
 from harness.text import fenced, inert
 from verifier.verdict import Verdict
+
+if TYPE_CHECKING:
+    from bot.store import Candidate
+    from harness.watch import WatchResult
 
 COMMENT_LIMIT = 65536
 CHECK_SUMMARY_LIMIT = 65535
@@ -78,7 +90,7 @@ def short_sha(sha: str | None) -> str:
 
 
 def report_markdown(v: Verdict, *, history: Sequence[HistoryPoint] = (),
-                    ledger: Sequence[Any] = (), max_chars: int = COMMENT_LIMIT,
+                    ledger: Sequence[LedgerRow] = (), max_chars: int = COMMENT_LIMIT,
                     links: ReportLinks | None = None) -> str:
     """The verifier report: ``harness.report.render_markdown_report``, the same
     report the demo writes. ``history``: the task's candidates as chart points
@@ -89,7 +101,7 @@ def report_markdown(v: Verdict, *, history: Sequence[HistoryPoint] = (),
 
 
 def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[HistoryPoint] = (),
-                   ledger: Sequence[Any] = (), links: ReportLinks | None = None) -> str:
+                   ledger: Sequence[LedgerRow] = (), links: ReportLinks | None = None) -> str:
     """The PR's sticky report comment: marker, an optional note, the report."""
     note = pr_note.rstrip() + "\n\n" if pr_note else ""
     room = COMMENT_LIMIT - len(marker(REPORT)) - len(note) - 64
@@ -97,31 +109,25 @@ def report_comment(v: Verdict, *, pr_note: str = "", history: Sequence[HistoryPo
                                               max_chars=room, links=links), REPORT)
 
 
-def _gain_ci_from_ratio(o: dict[str, Any]) -> dict[str, float]:
-    """A gain interval from the ratio interval (older verdicts have only that)."""
-    ci = o.get("ratio_ci") or {}
-    lo, hi = ci.get("low"), ci.get("high")
-    if not all(isinstance(x, (int, float)) and x > 0 for x in (lo, hi)):
-        return {}
-    if o.get("direction") == "lower":
-        return {"low": 1 / hi - 1, "high": 1 / lo - 1}
-    return {"low": lo - 1, "high": hi - 1}
-
-
-def candidate_history(candidates: Iterable[Any]) -> list[HistoryPoint]:
-    """Chart points from stored candidates (``n``, ``state``, ``decision``,
-    ``verdict`` dict, ``hypothesis``): each one's gain vs the Bk of its own
+def candidate_history(candidates: Iterable[Candidate]) -> list[HistoryPoint]:
+    """Chart points from stored candidates: each one's gain vs the Bk of its own
     session, kept (a PR: open, merged) or rolled back."""
     out = []
     for c in candidates:
-        o = (c.verdict or {}).get("objective") or {}
-        ci = o.get("gain_ci") or _gain_ci_from_ratio(o)
-        gain = o.get("gain")
+        v = c.verdict_model
+        o = v.objective if v is not None else None
+        low: float | None
+        high: float | None
+        if o is not None and o.gain_ci is not None:
+            low, high = o.gain_ci.low, o.gain_ci.high
+        else:  # older verdicts have only the ratio interval
+            low, high = gain_interval(o.ratio_ci if o is not None else None,
+                                      o.direction if o is not None else "higher")
         out.append(HistoryPoint(
             label=f"#{int(c.n)}", value=None, bk=None, decision=c.decision,
-            hypothesis=c.hypothesis or "", gain=gain if isinstance(gain, (int, float)) else None,
-            gain_low=ci.get("low"), gain_high=ci.get("high"),
-            status=LEDGER_STATUS.get(c.state, "rolled_back"), sha=c.sha or ""))
+            hypothesis=c.hypothesis or "", gain=o.gain if o is not None else None,
+            gain_low=low, gain_high=high,
+            status=CandidateStatus(c.state).ledger_word, sha=c.sha or ""))
     return out
 
 
@@ -188,7 +194,7 @@ def check_progress(text: str) -> dict[str, str]:
 
 
 def task_check(state: str, *, rounds_done: int, budget: int | None,
-               candidates: Sequence[Any]) -> dict[str, str]:
+               candidates: Sequence[Candidate]) -> dict[str, str]:
     """The completed check of a task's run: how many rounds, what was kept."""
     kept = [c for c in candidates if c.state in KEPT]
     word = TASK_STATE_WORDS.get(state, inert(state, plain=True))
@@ -236,7 +242,7 @@ MAX_ERRORS_SHOWN = 50
 
 
 def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
-                   candidates: Iterable[Any] = (), budget: int | None = None,
+                   candidates: Iterable[Candidate] = (), budget: int | None = None,
                    rounds_done: int = 0, bk: str | None = None, b0: str | None = None,
                    note: str = "", edit: tuple[str, str] | None = None,
                    label: str = "rsi", usage: dict[str, Any] | None = None,
@@ -281,8 +287,7 @@ def status_comment(*, state: str, summary: str = "", errors: Sequence[str] = (),
             hyp = inert(c.hypothesis or "", one_line=True, max_len=120)
             lines.append(f"| {c.n} | {style.emoji} {style.words} | {hyp} | {pr} |")
         lines.append("")
-    lines.append("_Commands: `/rsi status`, `/rsi stop`, `/rsi resume`, `/rsi budget N`, "
-                 "`/rsi rebaseline`, `/rsi help`; on a PR: `/rsi rerun`._")
+    lines.append(command_table.footer())
     return with_marker("\n".join(lines), STATUS)
 
 
@@ -307,21 +312,7 @@ def usage_line(usage: dict[str, Any]) -> str:
 
 
 def help_text(label: str = "rsi") -> str:
-    return "\n".join([
-        "**rsi-bot commands** (one per line, at the start of the line; people with write, "
-        "maintain or admin access):", "",
-        f"- add the `{label}` label to a proposal issue: start a task (a newer label supersedes)",
-        "- `/rsi rerun`: on a bot PR, re-verify its head against the current Bk; on the issue, "
-        "every open candidate, or, when the issue was edited after the label, run the edit as "
-        "it read when you commented (`/rsi rerun <digest>`: exactly the text with the digest "
-        "the status comment shows)",
-        "- `/rsi status`: refresh the status comment",
-        "- `/rsi stop` / `/rsi resume`: pause and continue the rounds",
-        "- `/rsi budget N`: set the number of rounds to N",
-        "- `/rsi rebaseline`: measure the default branch as the new Bk and re-verify open "
-        "candidates",
-        "- `/rsi help`: this text",
-    ])
+    return command_table.help_text(label)
 
 
 DIGEST_CHARS = 32
@@ -417,6 +408,7 @@ def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | No
         lines += [f"> {q}" for q in quoted] + [""]
     if verdict is not None:
         lines += [headline(verdict), ""]  # harness.report's one-line verdict
+        lines += matrix_section(verdict)
     lines += ["This draft PR holds exactly one change. The verifier's full report is in the "
               "comment below and in the `rsi/verifier` check run.", "",
               "Merging it makes the merge commit the new baseline (Bk) for the next rounds; "
@@ -424,6 +416,18 @@ def pr_body(*, issue: int, n: int, hypothesis: str | None, verdict: Verdict | No
     if labeler:
         lines += ["", f"Review requested from @{labeler}, who started the task."]
     return "\n".join(lines)
+
+
+def matrix_section(verdict: Verdict) -> list[str]:
+    """The PR body's deployment matrix: in words where the gain holds and
+    where it does not, then the cell table (``harness.report``); nothing
+    without a matrix."""
+    from harness.report import render_matrix_table
+
+    table = render_matrix_table(verdict)
+    if not table:
+        return []
+    return ["#### Where the gain holds", "", *table.splitlines()[2:], ""]
 
 
 def conflict_note(merged_pr: int | None, detail: str) -> str:
@@ -435,3 +439,124 @@ def conflict_note(merged_pr: int | None, detail: str) -> str:
 def reverified_note(bk: str | None, merged_pr: int | None = None) -> str:
     why = f" after #{merged_pr} merged" if merged_pr else ""
     return f"🔁 Re-verified against Bk `{short_sha(bk)}`{why}."
+
+
+# --------------------------------------------------------------------- watch after merge
+
+WATCH = "watch"  # the merged PR's watch report (one per merge commit: ``watch:<sha>``)
+REVERT_LABEL = "rsi:revert"
+REVERT_LABEL_COLOR = "b60205"
+REVERT_LABEL_TEXT = "rsi-bot: reverts a merged change whose gain did not reproduce"
+
+
+def _interval_text(v: Verdict | None) -> tuple[str, str]:
+    """(gain, interval) cells of a verdict's objective, in the better direction."""
+    from harness.watch import gain_interval
+
+    o = v.objective if v is not None else None
+    if v is None or o is None or v.decision == "error":
+        return "—", "—"
+    gain = o.gain if o.gain is not None else (
+        None if o.ratio is None else (o.ratio - 1 if o.direction == "higher" else 1 / o.ratio - 1))
+    ci = gain_interval(o)
+    return _pct(gain), ("—" if ci is None else f"[{_pct(ci.low)}, {_pct(ci.high)}]")
+
+
+def _decision(v: Verdict | None) -> str:
+    if v is None:
+        return "—"
+    style = decision_style(v.decision)
+    return f"{style.emoji} {style.words}".strip()
+
+
+def _guards_text(v: Verdict | None) -> str:
+    if v is None or v.decision == "error" or not v.guards:
+        return "—"
+    failed = [g for g in v.guards if g.status == "fail"]
+    if failed:
+        return "❌ failed: " + ", ".join(inert(g.name, one_line=True, max_len=80) for g in failed)
+    unclear = [g for g in v.guards if g.status == "unclear"]
+    passed = sum(1 for g in v.guards if g.status == "pass")
+    return f"{passed} passed" + (f", {len(unclear)} unclear" if unclear else "")
+
+
+def watch_table(claim: Verdict | None, watched: WatchResult) -> str:
+    """Claim (the PR's verdict) and watch (``harness.watch.WatchResult``) side by side."""
+    v = watched.verdict
+    cg, ci = _interval_text(claim)
+    wg, wi = _interval_text(v)
+    o = (claim.objective if claim is not None else None) or v.objective
+    metric = inert(o.metric, one_line=True, max_len=60) if o is not None else "objective"
+
+    def req(x: Verdict | None) -> str:
+        n = x.settings.get("requests") if x is not None else None
+        return "—" if n is None else inert(n, one_line=True, max_len=20)
+
+    seed_words = f"`{watched.hidden_seed}` (fresh draw)"
+    rows = [
+        ("decision", _decision(claim), _decision(v)),
+        (f"gain ({metric} vs Bk)", cg, wg),
+        ("interval", ci, wi),
+        ("guards", _guards_text(claim), _guards_text(v)),
+        ("hidden input seed", "the runner's secret", seed_words),
+        ("requests per run", req(claim),
+         req(v) + (f" ({watched.requests_factor}x)" if watched.requests else "")),
+        ("pairs", str(claim.pairs) if claim is not None else "—", str(v.pairs)),
+        ("run-order seed", "—" if claim is None or claim.seed is None else f"`{claim.seed}`",
+         "—" if v.seed is None else f"`{v.seed}`"),
+        ("Bk → candidate",
+         "—" if claim is None else f"`{short_sha(claim.shas.get('bk'))}` → "
+                                   f"`{short_sha(claim.shas.get('candidate'))}`",
+         f"`{short_sha(watched.parent_sha)}` → `{short_sha(watched.merge_sha)}` (merge)"),
+    ]
+    lines = ["| | claim (before the merge) | watch (after the merge) |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _reasons(reasons: Sequence[str]) -> list[str]:
+    return [f"- {inert(r, one_line=True, max_len=400)}" for r in reasons]
+
+
+def watch_comment(*, pr: int, claim: Verdict | None, watched: WatchResult, reasons: Sequence[str],
+                  policy: str, revert_pr: int | None = None, revert_problem: str = "") -> str:
+    """The comment on a merged bot PR whose claim did not hold after the merge:
+    why, both reports side by side, what the bot did, the watch's full report."""
+    lines = [f"🚨 **The watch after merge: #{pr}'s claim did not hold.** The merge commit "
+             f"`{short_sha(watched.merge_sha)}` was measured again against its parent "
+             f"`{short_sha(watched.parent_sha)}` with a fresh hidden-input draw and "
+             f"{watched.requests_factor}x the requests:", "", *_reasons(reasons), "",
+             watch_table(claim, watched), ""]
+    if revert_pr is not None:
+        lines.append(f"➡️ Opened #{revert_pr} to revert it (label `{REVERT_LABEL}`). "
+                     "Merge it to undo the change, or close it to keep the change.")
+    elif revert_problem:
+        lines.append(f"⚠️ No revert PR: {inert(revert_problem, one_line=True, max_len=300)}")
+    else:
+        lines.append(f"No revert PR: this repository sets `[bot] on_failed_watch = \"{policy}\"`.")
+    room = COMMENT_LIMIT - 4000 - sum(len(x) for x in lines)
+    lines += ["", "<details><summary>The watch's full report</summary>", "",
+              report_markdown(watched.verdict, max_chars=max(room, 2000)), "", "</details>"]
+    return "\n".join(lines)
+
+
+def revert_title(pr: int, title: str) -> str:
+    return (f"Revert #{pr} (gain did not reproduce after merge): "
+            + (inert(title, plain=True, max_len=160) or "rsi candidate"))
+
+
+def revert_pr_body(*, pr: int, claim: Verdict | None, watched: WatchResult,
+                   reasons: Sequence[str]) -> str:
+    """The revert PR's body: what it undoes, and the evidence."""
+    return "\n".join([
+        f"Reverts #{pr} (merge commit `{short_sha(watched.merge_sha)}`, a real `git revert`).",
+        "",
+        "After the merge, rsi-bot's watch measured the merge commit again against its parent, "
+        f"with a fresh hidden-input draw and {watched.requests_factor}x the requests, "
+        "and the gain the PR claimed did not hold:",
+        "", *_reasons(reasons), "",
+        watch_table(claim, watched), "",
+        f"The watch's full report is on #{pr}. The bot never merges: merge this PR to undo "
+        "the change, or close it to keep it. (`[bot] on_failed_watch` in `.rsi/config.toml`: "
+        "`revert-pr`, `comment` or `off`.)",
+    ])

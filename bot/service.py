@@ -19,41 +19,43 @@ from bot.gh import GitHubPort, PyGithubPort
 from bot.harness_port import HarnessPort, RealHarness
 from bot.settings import Settings
 from bot.store import Store
-from bot.tasks import JOBS
+from bot.tasks import claimed
 from bot.vocab import JobKind, TaskState
-from bot.worker import Handler, JobRun, Permanent, WorkerPool
+from bot.worker import Handler, JobRun, WorkerPool
 
 log = logging.getLogger("rsi.bot")
 
 
 def build_port(settings: Settings) -> GitHubPort:
-    base_url, throttle = settings.github_api_url, settings.github_throttle
-    if settings.uses_app:
-        assert settings.github_app_id is not None and settings.github_private_key  # cross_problems
-        return PyGithubPort.from_app(settings.github_app_id, settings.github_private_key,
-                                     installation_id=settings.github_installation_id,
-                                     base_url=base_url, throttle=throttle)
-    assert settings.github_token  # cross_problems: a token when there is no App
-    return PyGithubPort.from_token(settings.github_token, base_url=base_url, throttle=throttle)
+    kw: dict[str, Any] = {"base_url": settings.github_api_url,
+                          "throttle": settings.github_throttle}
+    if settings.uses_app:  # settings refuse an App without its id and key
+        return PyGithubPort.from_app(settings.github_app_id or "", settings.github_private_key or "",
+                                     installation_id=settings.github_installation_id, **kw)
+    return PyGithubPort.from_token(settings.github_token or "", **kw)
 
 
 def build_context(settings: Settings, *, store: Store | None = None,
                   gh: GitHubPort | None = None, harness: HarnessPort | None = None) -> Context:
+    from bot import handlers
+
     store = store or Store(settings.database_url, max_attempts=settings.max_attempts)
-    return Context(settings=settings, store=store,
-                   gh=gh or build_port(settings), harness=harness or RealHarness())
+    return Context(settings=settings, store=store, gh=gh or build_port(settings),
+                   harness=harness or RealHarness(), route=handlers.route)
 
 
 def job_handler(ctx: Context, executor: Executor | None = None) -> Handler:
     """What a worker does with each job kind (:data:`bot.tasks.JOBS`): heavy jobs
     through the executor, the others here."""
+    from bot import handlers
+
     executor = executor or make_executor(ctx.settings.executor)
+    if ctx.route is None:  # a Context built by hand (tests): events go to the handlers
+        ctx.route = handlers.route
 
     def handle(run: JobRun) -> Any:
         with obs.job_context(run.job):  # ids on every log line, duration histogram
-            job = JOBS.get(run.job.kind)
-            if job is None:
-                raise Permanent(f"unknown job kind {run.job.kind!r}")
+            job = claimed(run)  # unknown kind, or a payload that does not fit: Permanent
             return executor.run(ctx, run) if job.heavy else job.run(ctx, run)
 
     return handle
@@ -63,18 +65,18 @@ def job_failed(ctx: Context):
     """When a task's job gives up: say so on the issue (infrastructure, not a verdict)."""
 
     def report(job: Any, error: str) -> None:
-        task_id = (job.payload or {}).get("task_id")
-        if task_id is None:
-            return
+        task_id = job.payload.get("task_id") if isinstance(job.payload, dict) else None
+        if not isinstance(task_id, int) or isinstance(task_id, bool):
+            return  # an event, or a payload that did not fit (its error is the job's)
+        from bot import render
         from bot.status import refresh_status
-        from harness.text import inert
 
         last = (error.strip().splitlines() or ["unknown error"])[-1][:300]
         if job.kind in (JobKind.RUN_TASK, JobKind.REBASELINE):
             ctx.store.update_task(task_id, state=TaskState.FAILED)
         refresh_status(ctx, task_id, note=(
             f"⚠️ The `{job.kind}` job failed after {job.attempts} attempt(s): "
-            f"{inert(last, one_line=True)}. This is "
+            f"{render.inert(last, one_line=True)}. This is "
             "an infrastructure problem, not a verdict on any change; `/rsi resume` or "
             "`/rsi rerun` tries again."))
 

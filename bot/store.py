@@ -65,7 +65,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from bot.payloads import EventPayload, JobPayload
 from bot.vocab import CandidateState, JobKind, TaskState
+from verifier.verdict import Verdict
 
 JOB_STATES = ("queued", "running", "done", "failed")
 
@@ -193,6 +195,17 @@ class Candidate(Base):
     """The loop's round that made it (None for rows stored before it was kept)."""
     agent: Mapped[str | None] = mapped_column(String(200), nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
+
+    @property
+    def verdict_model(self) -> Verdict | None:
+        """The stored verdict, read as the verifier's ``Verdict`` (None when none is
+        stored; ValueError when what is stored is not one)."""
+        return Verdict.model_validate(self.verdict) if self.verdict else None
+
+
+def stored_verdict(verdict: Verdict | None) -> dict[str, Any] | None:
+    """``verdict`` as ``Candidate.verdict`` stores it (its JSON, by alias)."""
+    return verdict.model_dump(mode="json", by_alias=True) if verdict is not None else None
 
 
 class LiveCheck(Base):
@@ -388,7 +401,8 @@ class Store:
                 else {x for x in [conn.execute(self._ins_delivery, rows[0]).scalar()] if x}
             if not claimed:
                 return [None] * len(items)
-            jobs = [{"kind": JobKind.EVENT, "payload": {"delivery_id": d}, "state": "queued",
+            jobs = [{"kind": JobKind.EVENT, "payload": EventPayload(delivery_id=d).dump(),
+                     "state": "queued",
                      "lane": None, "key": f"event:{d}", "attempts": 0, "max_attempts": self.max_attempts,
                      "next_run_at": now, "lease_owner": None, "lease_until": None,
                      "created_at": now, "updated_at": now, "last_error": None, "result": None}
@@ -446,6 +460,14 @@ class Store:
             ins = self._insert(Job).values(**values).on_conflict_do_nothing(
                 index_elements=["key"]).returning(Job.id)
             return s.execute(ins).scalar()
+
+    def enqueue_job(self, payload: JobPayload, *, lane: str | None = None,
+                    key: str | None = None, delay_s: float = 0.0,
+                    max_attempts: int | None = None) -> int | None:
+        """Queue the job of ``payload``'s kind (:mod:`bot.payloads`), validated on
+        the way in; as :meth:`enqueue` otherwise."""
+        return self.enqueue(payload.kind, payload.dump(), lane=lane, key=key, delay_s=delay_s,
+                            max_attempts=max_attempts)
 
     def claim(self, owner: str, *, lease_s: float = 60.0,
               kinds: Iterable[str] | None = None) -> ClaimedJob | None:

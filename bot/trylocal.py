@@ -74,13 +74,16 @@ def _python_on_path() -> None:
 
 def _store_task(store: Any, repo_name: str, spec: Any, result: Any, records: list[Any]) -> Any:
     """The task as the bot's store would hold it after the same run."""
+    from bot.store import stored_verdict
+
     task = store.start_task(repo_name, 1, labeler=getpass.getuser(), installation_id=None)
     store.update_task(task.id, state=TASK_STATE.get(result.status, TaskState.RUNNING),
                       summary=render.task_summary(spec), b0_sha=result.b0_sha,
                       bk_sha=result.bk_sha, rounds_done=result.rounds, budget=spec.agent.rounds)
     for r in records:
         kept = r.status in ("kept", "open")
-        store.upsert_candidate(task.id, int(r.candidate), decision=r.decision, verdict=r.verdict,
+        store.upsert_candidate(task.id, int(r.candidate), decision=r.decision,
+                               verdict=stored_verdict(r.verdict),
                                sha=r.sha or None, branch=r.branch or None,
                                hypothesis=r.hypothesis, round=r.round, agent=r.agent,
                                state=CandidateState.PENDING if kept else CandidateState.NONE)
@@ -90,7 +93,6 @@ def _store_task(store: Any, repo_name: str, spec: Any, result: Any, records: lis
 def write_outputs(out: Path, store: Any, task: Any, records: list[Any]) -> list[Path]:
     """What GitHub would show, written with the bot's renderers."""
     from bot.web import render_page
-    from verifier.verdict import Verdict
 
     gh = out / "github"
     gh.mkdir(parents=True, exist_ok=True)
@@ -102,9 +104,9 @@ def write_outputs(out: Path, store: Any, task: Any, records: list[Any]) -> list[
     written.append(_write(gh / "status-comment.md", status))
     by_n = {int(r.candidate): r for r in records}
     for c in cands:
-        if not c.verdict:
+        v = c.verdict_model
+        if v is None:
             continue
-        v = Verdict.model_validate(c.verdict)
         check = render.check_run(v)
         written.append(_write(gh / f"check-{c.n}.md",
                               f"rsi/verifier: {check['conclusion']}\n\n# {check['title']}\n\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple
 
+from harness.ledger import CandidateStatus
 from harness.report import EMOJI
 
 
@@ -31,15 +32,15 @@ class TaskState(StrEnum):
     FAILED = "failed"  # infrastructure: a job gave up
 
 
-class CandidateState(StrEnum):
-    """``store.Candidate.state``: what became of a candidate's change."""
+CandidateState = CandidateStatus
+"""``store.Candidate.state``: what became of a candidate's change. The harness's
+one candidate vocabulary (``harness.ledger.CandidateStatus``); the store uses
+``STORE_STATES`` of it."""
 
-    NONE = "none"  # not kept: no PR
-    PENDING = "pending"  # kept; its draft PR is queued (``publish``)
-    OPEN = "open"  # draft PR open
-    CONFLICT = "conflict"  # no longer applies to the new Bk
-    MERGED = "merged"
-    CLOSED = "closed"  # PR closed without merging
+STORE_STATES = frozenset({CandidateStatus.NONE, CandidateStatus.PENDING, CandidateStatus.OPEN,
+                          CandidateStatus.CONFLICT, CandidateStatus.MERGED, CandidateStatus.CLOSED})
+"""The candidate states the bot's store assigns (``CandidateStatus.ledger_word``
+says what the ledger, the report's chart and table, call each)."""
 
 
 class JobKind(StrEnum):
@@ -105,11 +106,4 @@ TASK_STATE_WORDS: dict[str, str] = {
 TASK_CONCLUSIONS: dict[str, str] = {
     TaskState.FINISHED: "success", TaskState.STOPPED: "cancelled", TaskState.PAUSED: "neutral",
     TaskState.REFUSED: "neutral", TaskState.INVALID: "neutral", TaskState.FAILED: "neutral",
-}
-
-# What the ledger calls a candidate in each state (the report's chart and table).
-LEDGER_STATUS: dict[str, str] = {
-    CandidateState.NONE: "rolled_back", CandidateState.PENDING: "open",
-    CandidateState.OPEN: "open", CandidateState.CONFLICT: "conflict",
-    CandidateState.MERGED: "merged", CandidateState.CLOSED: "rolled_back",
 }

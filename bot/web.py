@@ -42,7 +42,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from bot import render
 from bot.store import Candidate, Store, Task
-from bot.vocab import LEDGER_STATUS, TASK_STATE_WORDS, decision_style
+from bot.vocab import TASK_STATE_WORDS, decision_style
+from harness.ledger import CandidateStatus
 
 log = logging.getLogger("rsi.bot.web")
 COOKIE = "rsi_page"
@@ -330,7 +331,10 @@ def _gain(c: Candidate) -> str:
     """The objective's change vs Bk in the words of its report (one estimate everywhere)."""
     from harness.report import objective_change
 
-    return objective_change(c.verdict) if c.verdict else "—"
+    try:
+        return objective_change(c.verdict_model)
+    except ValueError:
+        return "—"
 
 
 def _candidates_table(cands: Sequence[Candidate], repo_url: str) -> str:
@@ -353,35 +357,57 @@ def _candidates_table(cands: Sequence[Candidate], repo_url: str) -> str:
             + "".join(rows) + "</tbody></table>")
 
 
-def ledger_view(cands: Sequence[Candidate]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class StoredLedgerRow:
+    """One row of the task page's ledger (a ``harness.report.LedgerRow``): a
+    candidate as the store holds it. ``round`` is None for candidates stored
+    before the store kept it (shown blank, never a wrong value)."""
+
+    candidate: int
+    round: int | None
+    agent: str
+    hypothesis: str
+    sha: str
+    decision: str
+    gain: float | None
+    gain_vs_b0: float | None
+    status: str
+    reason: str
+    event: str = "candidate"
+
+
+def ledger_view(cands: Sequence[Candidate]) -> list[StoredLedgerRow]:
     """The task's ledger as the store holds it: one record per candidate (round
     and agent are blank for candidates stored before the store kept them)."""
     out = []
     for c in cands:
-        v = c.verdict or {}
-        o = v.get("objective") or {}
-        out.append({"candidate": c.n, "round": c.round if c.round is not None else "",
-                    "agent": c.agent or "", "hypothesis": c.hypothesis or "",
-                    "sha": c.sha or "", "decision": c.decision, "gain": o.get("gain"),
-                    "gain_vs_b0": o.get("gain_vs_b0"),
-                    "status": LEDGER_STATUS.get(c.state, "rolled_back"),
-                    "reason": v.get("reason", "")})
+        try:
+            v = c.verdict_model
+        except ValueError:
+            v = None
+        o = v.objective if v is not None else None
+        out.append(StoredLedgerRow(
+            candidate=c.n, round=c.round, agent=c.agent or "", hypothesis=c.hypothesis or "",
+            sha=c.sha or "", decision=c.decision, gain=o.gain if o is not None else None,
+            gain_vs_b0=o.gain_vs_b0 if o is not None else None,
+            status=CandidateStatus(c.state).ledger_word, reason=v.reason if v is not None else ""))
     return out
 
 
 def _report(task: Task, cands: Sequence[Candidate], repo_url: str) -> list[str]:
     """The newest candidate's verifier report (chart of every candidate, ledger)."""
     from harness.report import ReportLinks, html_report_sections
-    from verifier.verdict import Verdict
 
     judged = [c for c in cands if c.verdict]
     if not judged:
         return ['<h2>Report</h2><p class="muted">No verdict yet.</p>']
     newest = judged[-1]
     try:
-        verdict = Verdict.model_validate(newest.verdict)
+        verdict = newest.verdict_model
     except ValueError as e:
         return [f"<h2>Report</h2><p>The newest verdict cannot be read: {_h(e)}</p>"]
+    if verdict is None:
+        return ['<h2>Report</h2><p class="muted">No verdict yet.</p>']
     links = ReportLinks(repo_url=repo_url, branch=newest.branch or "")
     sections = html_report_sections(verdict, history=render.candidate_history(cands),
                                     ledger=ledger_view(cands), links=links)

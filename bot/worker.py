@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from bot import crash
 from bot.gh import GitHubError
+from bot.payloads import JobPayload, P, PayloadError
 from bot.store import ClaimedJob, Store
 
 log = logging.getLogger("rsi.bot.worker")
@@ -45,10 +46,24 @@ class JobRun:
 
     job: ClaimedJob
     lost: threading.Event = field(default_factory=threading.Event)
+    args: JobPayload | None = None
+    """The payload as its job's model, once validated at claim (``bot.service.job_handler``)."""
 
     @property
     def payload(self) -> dict:
+        """The payload's stored JSON (read the typed :meth:`args_as` instead)."""
         return self.job.payload
+
+    def args_as(self, model: type[P]) -> P:
+        """The payload as ``model`` (validated at claim, or here); a payload that
+        does not fit fails the job at once (:class:`Permanent`), never retried."""
+        if isinstance(self.args, model):
+            return self.args
+        try:
+            self.args = model.load(self.job.payload)
+        except PayloadError as e:
+            raise Permanent(f"job {self.job.id}: {e}") from None
+        return self.args
 
     def cancelled(self) -> bool:
         return self.lost.is_set()

@@ -154,10 +154,14 @@ def estimate(spec: TaskSpec, rounds: int) -> str:
     needs the first run's; runs are what the verifier's settings fix)."""
     v = spec.verify.verifier
     calib = 2 * v.calibration_pairs
-    per = 2 * (v.max_pairs + v.warmup)
+    matrix = spec.verify.benchmark().matrix
+    cells = 3 * (len(matrix.cells()) - 1) * (matrix.pairs + v.warmup) if matrix else 0
+    per = 2 * (v.max_pairs + v.warmup) + cells
     return (f"at most {calib + rounds * per} benchmark runs: B0's calibration {calib}, then up "
-            f"to {per} per candidate (most stop at {2 * v.initial_pairs + 2 * v.warmup}) over "
-            f"{rounds} round(s)")
+            f"to {per} per candidate (most stop at {2 * v.initial_pairs + 2 * v.warmup}"
+            + (f", plus {cells} for the deployment matrix's other cells after an accept"
+               if cells else "")
+            + f") over {rounds} round(s)")
 
 
 def _run_task(run_task, *args, **kw):

@@ -26,7 +26,7 @@ from harness.spec import CONFIG_PATH, SpecError, build_task
 DOCS_URL = "https://github.com/rsi-bot/rsi-bot/blob/main/docs/configuration.md"
 """Where ``docs/configuration.md`` is published; its headings are the anchors."""
 SECTIONS = ("benchmarks", "objective", "guards", "quality", "verifier", "hidden",
-            "knobs", "policy", "agent", "runner")
+            "knobs", "policy", "agent", "runner", "bot")
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,9 @@ from harness.tomlout import dump_toml
 if TYPE_CHECKING:
     from rich.live import Live
 
+    from harness.ledger import LedgerRecord
+    from verifier.verdict import Verdict
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-tts"
 PATCHES = ROOT / "examples" / "demo-patches"
@@ -323,15 +326,13 @@ class Display:
 # --------------------------------------------------------------- the demo
 
 
-def _final_verdict(records: list[Any]):
+def _final_verdict(records: list[LedgerRecord]) -> tuple[Verdict | None, LedgerRecord | None]:
     """The verdict of the last kept candidate (the final Bk against B0), else
     of the last measured candidate."""
-    from verifier.verdict import Verdict
-
     measured = [r for r in records if r.event == "candidate" and r.verdict]
     kept = [r for r in measured if r.status == "kept"]
     pick = kept[-1] if kept else (measured[-1] if measured else None)
-    return (Verdict.model_validate(pick.verdict), pick) if pick else (None, None)
+    return (pick.verdict, pick) if pick else (None, None)
 
 
 def run_demo(
@@ -420,7 +421,7 @@ def run_demo(
     res.guard_rejections = [f"#{r.candidate} {r.hypothesis}: {r.reason}" for r in records
                             if r.decision == "reject" and (r.gain or 0) > 0
                             and any(g.status == "fail" for g in r.guards)]
-    if verdict is not None:
+    if verdict is not None and pick is not None:
         o = verdict.objective
         if pick.status == "kept" and o is not None:
             g0 = o.gain_vs_b0 if o.gain_vs_b0 is not None else (o.gain if pick.base_sha == pick.b0_sha else None)

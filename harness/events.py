@@ -24,12 +24,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from harness.ledger import LedgerRecord
+from harness.ledger import CandidateStatus, LedgerRecord
 from verifier.calibrate import Calibration
 from verifier.verdict import Verdict
 
-CandidateStatus = Literal["kept", "open", "rolled_back", "merged", "conflict"]
-"""What the loop did with a candidate (``harness.ledger.Status`` less ``superseded``)."""
 LoopStatus = Literal["running", "finished", "exhausted", "paused", "stopped", "refused"]
 
 

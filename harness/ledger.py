@@ -9,27 +9,74 @@ pushed and reviewed like any other; it survives any machine.
 
 Appends are idempotent: a record whose ``id`` is already on the branch is not
 written again (a resumed run may retry the append it was killed during).
+
+Each line carries its ``schema``. ``load_record`` reads this one and upgrades
+older ones on read (``UPGRADES``): ``rsi.ledger/1`` kept the verdict as the
+dict its JSON parsed to; ``rsi.ledger/2`` keeps a ``verifier.verdict.Verdict``
+(a line whose verdict is not one is refused). ``CandidateStatus`` is the one
+vocabulary of what became of a candidate, shared by the loop, the ledger, the
+loop's events and the bot's store.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.gitutil import GitError, git, rev_parse
+from verifier.verdict import Verdict
 
-SCHEMA = "rsi.ledger/1"
+log = logging.getLogger(__name__)
+
+SCHEMA = "rsi.ledger/2"
 BRANCH = "rsi/ledger"
 REF = f"refs/heads/{BRANCH}"
 FILE = "ledger.jsonl"
 
-Status = Literal["kept", "open", "rolled_back", "merged", "conflict", "superseded"]
+
+class CandidateStatus(StrEnum):
+    """What became of a candidate: one vocabulary for the loop (``LoopCandidate``),
+    the ledger (``LedgerRecord.status``), the loop's events and the bot's store
+    (``bot.store.Candidate.state``). Each writer uses a part of it:
+
+    * the loop and its ledger lines: ``kept``, ``open``, ``rolled_back``,
+      ``merged``, ``conflict`` (``superseded`` in older lines);
+    * the bot's store: ``none``, ``pending``, ``open``, ``conflict``, ``merged``,
+      ``closed``; ``ledger_word`` says what the ledger calls each of them.
+
+    The values are the strings stored and written in JSON (a member compares
+    equal to its string), so older lines and rows read back unchanged.
+    """
+
+    KEPT = "kept"  # the loop advanced Bk to it (keep = advance)
+    OPEN = "open"  # kept for review (keep = propose); in the store: its draft PR is open
+    ROLLED_BACK = "rolled_back"  # not kept
+    MERGED = "merged"
+    CONFLICT = "conflict"  # no longer applies to the new Bk
+    SUPERSEDED = "superseded"
+    NONE = "none"  # store: not kept, no PR (the ledger's rolled_back)
+    PENDING = "pending"  # store: kept; its draft PR is queued
+    CLOSED = "closed"  # store: its PR closed without merging
+
+    @property
+    def ledger_word(self) -> CandidateStatus:
+        """The ledger's word for this status (the report's chart and table)."""
+        return _LEDGER_WORD.get(self, self)
+
+
+_LEDGER_WORD = {CandidateStatus.NONE: CandidateStatus.ROLLED_BACK,
+                CandidateStatus.PENDING: CandidateStatus.OPEN,
+                CandidateStatus.CLOSED: CandidateStatus.ROLLED_BACK}
+
 
 
 class GuardOutcome(BaseModel):
@@ -78,7 +125,7 @@ class Usage(BaseModel):
 class LedgerRecord(BaseModel):
     """One candidate's outcome (or one re-verification of it)."""
 
-    schema_: Literal["rsi.ledger/1"] = Field(SCHEMA, alias="schema")
+    schema_: Literal["rsi.ledger/2"] = Field("rsi.ledger/2", alias="schema")
     id: str
     """``<task>/<n>`` for a candidate, ``<task>/<n>/reverify/<bk sha>`` for a re-check."""
     event: Literal["candidate", "reverify"] = "candidate"
@@ -98,7 +145,7 @@ class LedgerRecord(BaseModel):
     decision: str
     """accept | review | reject | inconclusive | error (the verifier's, or the policy's reject)."""
     reason: str = ""
-    status: Status | None = None
+    status: CandidateStatus | None = None
     """What the loop did with it: kept (Bk advanced), open (awaiting review), rolled_back..."""
     objective_metric: str = ""
     ratio: float | None = None
@@ -118,7 +165,8 @@ class LedgerRecord(BaseModel):
     """``git patch-id --stable`` of the diff: the same change on any base."""
     usage: Usage | None = None
     """The round's model calls, tokens, cost and wall time (agents that use a model)."""
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
+    """The verifier's verdict (None: decided before verification, e.g. a policy reject)."""
     recorded_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -127,33 +175,64 @@ class LedgerRecord(BaseModel):
         return self.model_dump_json(by_alias=True, exclude_none=True)
 
     @classmethod
-    def from_verdict(cls, verdict: Any, **fields: Any) -> LedgerRecord:
-        """Fill decision, reason, ratio, interval and guards from a Verdict."""
-        obj = getattr(verdict, "objective", None)
-        ci = getattr(obj, "ratio_ci", None) if obj is not None else None
+    def from_verdict(cls, verdict: Verdict, **fields: Any) -> LedgerRecord:
+        """Fill decision, reason, ratio, interval and guards from a Verdict, and keep it."""
+        obj = verdict.objective
+        ci = obj.ratio_ci if obj is not None else None
         guards = [
             GuardOutcome(
                 name=g.name, against=g.against, status=g.status, value=g.value, bound=g.bound
             )
-            for g in getattr(verdict, "guards", ())
+            for g in verdict.guards
         ]
-        try:
-            vd = json.loads(verdict.to_json())
-        except Exception:  # noqa: BLE001 - a record without the full verdict is still a record
-            vd = None
         return cls(
             decision=verdict.decision,
             reason=verdict.reason,
-            objective_metric=getattr(obj, "metric", "") if obj is not None else "",
-            ratio=getattr(obj, "ratio", None) if obj is not None else None,
+            objective_metric=obj.metric if obj is not None else "",
+            ratio=obj.ratio if obj is not None else None,
             ratio_low=ci.low if ci is not None else None,
             ratio_high=ci.high if ci is not None else None,
-            gain=getattr(obj, "gain", None) if obj is not None else None,
-            gain_vs_b0=getattr(obj, "gain_vs_b0", None) if obj is not None else None,
+            gain=obj.gain if obj is not None else None,
+            gain_vs_b0=obj.gain_vs_b0 if obj is not None else None,
             guards=guards,
-            verdict=vd,
+            verdict=verdict,
             **fields,
         )
+
+
+def _from_v1(raw: dict[str, Any]) -> dict[str, Any]:
+    """``rsi.ledger/1``: the same fields, the verdict a dict. A verdict no
+    ``Verdict`` reads any more (a layout since changed) is dropped with a warning;
+    the rest of the record stands (the bot stored such candidates without one)."""
+    out = {**raw, "schema": SCHEMA}
+    vd = raw.get("verdict")
+    if vd is not None:
+        try:
+            out["verdict"] = Verdict.model_validate(vd)
+        except ValidationError as e:
+            log.warning("ledger record %s: its rsi.ledger/1 verdict does not read as a Verdict "
+                        "(%s); kept without it", str(raw.get("id"))[:200], str(e)[:300])
+            out["verdict"] = None
+    return out
+
+
+UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"rsi.ledger/1": _from_v1}
+"""Older schemas this reader upgrades on read, each to the current one."""
+
+
+def load_record(raw: object) -> LedgerRecord:
+    """One ledger line's parsed JSON as a record of the current schema (older
+    schemas upgraded). ValueError (a pydantic ``ValidationError`` included) when
+    it is not a ledger record of a schema this reader knows."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"a ledger line is a JSON object, not {type(raw).__name__}")
+    schema = raw.get("schema")
+    if schema in UPGRADES:
+        raw = UPGRADES[str(schema)](raw)
+    elif schema != SCHEMA:
+        raise ValueError(f"unknown ledger schema {str(schema)[:60]!r} (this reader knows "
+                         f"{SCHEMA} and {', '.join(UPGRADES)})")
+    return LedgerRecord.model_validate(raw)
 
 
 class Ledger:
@@ -175,19 +254,18 @@ class Ledger:
             return ""
 
     def records(self, *, task: str | None = None) -> list[LedgerRecord]:
-        """All records (optionally of one task), oldest first. Lines of another
-        schema or that do not parse are skipped."""
+        """All records (optionally of one task), oldest first; older schemas are
+        upgraded (``load_record``). Lines of an unknown schema or that do not
+        parse (a verdict that is not one included) are skipped, with a warning."""
         out = []
         for line in self._text(self._tip()).splitlines():
             line = line.strip()
             if not line:
                 continue
             try:
-                raw = json.loads(line)
-                if raw.get("schema") != SCHEMA:
-                    continue
-                rec = LedgerRecord.model_validate(raw)
-            except (ValueError, TypeError):
+                rec = load_record(json.loads(line))
+            except ValueError as e:  # (json's and pydantic's errors are ValueErrors)
+                log.warning("%s: a line of %s skipped: %s", self.ref, FILE, str(e)[:300])
                 continue
             if task is None or rec.task == task:
                 out.append(rec)

@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.agents import Agent, AgentContext, AgentOutcome, make_agent
 from harness.agents.base import host_dir, write_host_file
@@ -67,7 +67,7 @@ from harness.events import (
     Verifying,
 )
 from harness.gitutil import GitError, git, git_ok, rev_parse
-from harness.ledger import Ledger, LedgerRecord, Usage
+from harness.ledger import CandidateStatus, Ledger, LedgerRecord, Usage
 from harness.policy import PolicyResult, check_diff
 from harness.spec import TaskSpec
 from harness.verification import VerifierBackend, calibration_ok, error_verdict, make_backend
@@ -82,7 +82,11 @@ STATE_SCHEMA: Final = "rsi.loop-state/1"
 Status = LoopStatus
 
 
-class CandidateState(BaseModel):
+class LoopCandidate(BaseModel):
+    """The loop's memory of one candidate it recorded (in ``state.json`` and the
+    ``TaskResult``): enough to re-verify it on a new Bk. The record of what a
+    candidate is stays the ledger line (``ledger_id``)."""
+
     n: int
     round: int
     agent: str = ""
@@ -92,11 +96,16 @@ class CandidateState(BaseModel):
     hypothesis: str = ""
     decision: str = ""
     reason: str = ""
-    status: str = ""
+    status: CandidateStatus | None = None
     gain: float | None = None
     gain_vs_b0: float | None = None
     ratio: float | None = None
     ledger_id: str = ""
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _unset(cls, v: object) -> object:
+        return None if v == "" else v  # state files of older versions wrote "" for none
 
 
 class InProgress(BaseModel):
@@ -136,7 +145,7 @@ class LoopState(BaseModel):
     agent_state: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Each agent's own state, by agent name (a task may use several agents in turn)."""
     in_progress: InProgress | None = None
-    candidates: list[CandidateState] = Field(default_factory=list)
+    candidates: list[LoopCandidate] = Field(default_factory=list)
     bk_history: list[dict[str, Any]] = Field(default_factory=list)
     """Every Bk of the task: {sha, at, via} (via: b0 | candidate n | rebaseline)."""
     spent: Usage = Field(default_factory=Usage)
@@ -154,19 +163,19 @@ class TaskResult(BaseModel):
     b0_sha: str
     bk_sha: str
     rounds: int
-    candidates: list[CandidateState]
+    candidates: list[LoopCandidate]
     calibration: Calibration | None = None
     gain_vs_b0: float | None = None
     """Objective gain of the best kept candidate over B0 (0.3 = 30% better)."""
     spent: Usage = Field(default_factory=Usage)
 
     @property
-    def kept(self) -> list[CandidateState]:
-        return [c for c in self.candidates if c.status == "kept"]
+    def kept(self) -> list[LoopCandidate]:
+        return [c for c in self.candidates if c.status == CandidateStatus.KEPT]
 
     @property
-    def open(self) -> list[CandidateState]:
-        return [c for c in self.candidates if c.status == "open"]
+    def open(self) -> list[LoopCandidate]:
+        return [c for c in self.candidates if c.status == CandidateStatus.OPEN]
 
 
 # ------------------------------------------------------------------ state I/O
@@ -465,22 +474,23 @@ class _Loop:
             verdict = error_verdict("agent", ip.reason) if ip.decision == "error" else None
             record = LedgerRecord(decision=ip.decision, reason=ip.reason, **common)
         decision = record.decision
+        status: CandidateStatus
         if decision == "accept":
-            status = "kept" if st.keep == "advance" else "open"
+            status = CandidateStatus.KEPT if st.keep == "advance" else CandidateStatus.OPEN
         elif decision == "review":
-            status = "open"
+            status = CandidateStatus.OPEN
         else:
-            status = "rolled_back"
+            status = CandidateStatus.ROLLED_BACK
         record.status = status
         self.ledger.append(record)
 
-        if status == "kept":
+        if status == CandidateStatus.KEPT:
             st.bk_sha = ip.sha
             st.bk_history.append({"sha": ip.sha, "via": f"candidate {ip.n}", "at": _now()})
             git(self.repo, "update-ref", f"refs/heads/rsi/{self.spec.task_id}/best", ip.sha)
         st.straight_rejections = 0 if decision in ("accept", "review") else st.straight_rejections + 1
         st.candidates.append(
-            CandidateState(
+            LoopCandidate(
                 n=ip.n,
                 round=ip.round,
                 agent=ip.agent or agent.name,
@@ -536,7 +546,7 @@ def _now() -> str:
 
 
 def _result(st: LoopState) -> TaskResult:
-    kept = [c for c in st.candidates if c.status == "kept" and c.gain_vs_b0 is not None]
+    kept = [c for c in st.candidates if c.status == CandidateStatus.KEPT and c.gain_vs_b0 is not None]
     gain = kept[-1].gain_vs_b0 if kept else None
     return TaskResult(
         task_id=st.task_id,
@@ -711,7 +721,7 @@ def rebaseline(
     )
     result = RebaselineResult(bk_sha=new_bk, calibration=cal)
     for c in st.candidates:
-        if c.status != "open":
+        if c.status != CandidateStatus.OPEN:
             continue
         out = _rebase_and_verify(loop, st, c, new_bk)
         result.candidates.append(out)
@@ -719,7 +729,7 @@ def rebaseline(
     return result
 
 
-def _reverify_fields(st: LoopState, c: CandidateState, new_bk: str, sha: str) -> dict[str, Any]:
+def _reverify_fields(st: LoopState, c: LoopCandidate, new_bk: str, sha: str) -> dict[str, Any]:
     """The ledger fields of one re-check of candidate ``c`` on ``new_bk``."""
     return {
         "id": f"{st.task_id}/{c.n}/reverify/{new_bk[:12]}",
@@ -736,11 +746,11 @@ def _reverify_fields(st: LoopState, c: CandidateState, new_bk: str, sha: str) ->
     }
 
 
-def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: str) -> ReverifyOutcome:
+def _rebase_and_verify(loop: _Loop, st: LoopState, c: LoopCandidate, new_bk: str) -> ReverifyOutcome:
     repo = loop.repo
     out = ReverifyOutcome(n=c.n, branch=c.branch, old_sha=c.sha, outcome="reverified")
     if git_ok(repo, "merge-base", "--is-ancestor", c.sha, new_bk):
-        c.status, out.outcome, out.reason = "merged", "merged", "already in the new Bk"
+        c.status, out.outcome, out.reason = CandidateStatus.MERGED, "merged", "already in the new Bk"
         loop.emit(Reverified, f"#{c.n} is merged", candidate=c.n, branch=c.branch, outcome=out)
         return out
     name = f"rebase-{c.n}"
@@ -750,14 +760,14 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
     except GitError as exc:
         git_ok(wt, "cherry-pick", "--abort")
         loop.ws.remove_worktree(name)
-        c.status = "conflict"
+        c.status = CandidateStatus.CONFLICT
         out.outcome, out.reason = "conflict", f"does not apply on the new Bk {new_bk[:12]}: {exc.stderr.strip()[-300:]}"
         loop.ledger.append(
             LedgerRecord(
                 **_reverify_fields(st, c, new_bk, c.sha),
                 decision="error",
                 reason="conflict: " + out.reason,
-                status="conflict",
+                status=CandidateStatus.CONFLICT,
             )
         )
         loop.emit(Reverified, f"#{c.n} conflicts with the new Bk", candidate=c.n, branch=c.branch, outcome=out)
@@ -765,7 +775,7 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
     new_sha = git(wt, "rev-parse", "HEAD")
     if not git(repo, "diff", "--name-only", new_bk, new_sha).strip():
         loop.ws.remove_worktree(name)
-        c.status, out.outcome, out.reason = "merged", "merged", "its change is already in the new Bk"
+        c.status, out.outcome, out.reason = CandidateStatus.MERGED, "merged", "its change is already in the new Bk"
         loop.emit(Reverified, f"#{c.n} is merged", candidate=c.n, branch=c.branch, outcome=out)
         return out
     git(repo, "update-ref", f"refs/heads/{c.branch}", new_sha)
@@ -773,7 +783,8 @@ def _rebase_and_verify(loop: _Loop, st: LoopState, c: CandidateState, new_bk: st
     loop.ws.remove_worktree(name)
     verdict = loop.verify(f"rebase-{c.n}", {"b0": st.b0_sha, "bk": new_bk, "candidate": new_sha}, with_b0=True,
                           calibration=st.calibration, progress=loop.progress(None, c.n))
-    status = "open" if verdict.decision in ("accept", "review") else "rolled_back"
+    status = (CandidateStatus.OPEN if verdict.decision in ("accept", "review")
+              else CandidateStatus.ROLLED_BACK)
     record = LedgerRecord.from_verdict(verdict, **_reverify_fields(st, c, new_bk, new_sha), status=status)
     loop.ledger.append(record)
     c.sha, c.base_sha, c.decision, c.reason, c.status = new_sha, new_bk, verdict.decision, verdict.reason, status

@@ -62,6 +62,7 @@ from verifier.config import (
     default_bound,
     percentile_name,
 )
+from verifier.qualitykinds import SPECTRAL_MAX_DB
 
 SAFE_AGENT_KINDS = ("tuner", "replay")
 """Kinds a proposal may pick without the repo's ``allowed_kinds``: no external
@@ -79,6 +80,7 @@ _FROM_REPO_ONLY = {
     "benchmarks": "benchmark commands come from .rsi/config.toml on the default branch",
     "hidden": "hidden inputs come from .rsi/config.toml on the default branch",
     "knobs": "knobs come from .rsi/config.toml on the default branch",
+    "bot": "what the bot does after a merge is set in .rsi/config.toml on the default branch",
 }
 #: [verifier] fields a proposal may set: (stricter direction, hard bound). "down":
 #: only lower (a stricter test), never below the bound; "up": only raise (more
@@ -115,13 +117,14 @@ GUARD_FIELDS: dict[str, str] = {
 QUALITY_FIELDS: dict[str, str] = {
     "kind": KEY, "output": KEY, "benchmark": KEY,
     "max": LOWER, "max_delta": LOWER, "max_change": LOWER, "rtol": LOWER, "atol": LOWER,
-    "min_snr_db": RAISE,
+    "min_snr_db": RAISE, "max_db": LOWER,
 }
 """``[[quality]]`` (:class:`verifier.config.QualityGuard`); ``files``, ``dtype`` and
 ``reference`` have no entry: fixed."""
 #: Hard caps on the bounds of a quality guard a proposal adds.
-_QUALITY_CAPS = {"max": 1.0, "max_delta": 1.0, "max_change": 0.5, "rtol": 1.0, "atol": 1.0}
-_QUALITY_DEFAULTS = {"output_length": {"max_change": 0.02}}
+_QUALITY_CAPS = {"max": 1.0, "max_delta": 1.0, "max_change": 0.5, "rtol": 1.0, "atol": 1.0,
+                 "max_db": 3.0}
+_QUALITY_DEFAULTS = {"output_length": {"max_change": 0.02}, "spectral": {"max_db": SPECTRAL_MAX_DB}}
 MAX_MIN_GAIN = 10.0
 
 

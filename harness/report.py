@@ -1,9 +1,9 @@
 """Verifier reports: the markdown the bot posts on a pull request (and the demo
 writes to ``rsi-demo/report.md``) and a self-contained HTML page.
 
-Pure functions of data: a ``Verdict`` (or its JSON dict), the objective's
-history over rounds and ledger records (``LedgerRecord`` objects or their
-dicts). No I/O, no clock, no git, no network; the same input gives the same
+Pure functions of typed data: a ``Verdict``, the objective's history over
+rounds and ledger records (``LedgerRecord``, or any ``LedgerRow`` for the
+ledger table: the bot's task page shows its store's view). No I/O, no clock, no git, no network; the same input gives the same
 text. The markdown stays under GitHub's 65,536-character comment limit: the
 ledger section is cut (oldest records first, with a note) when it would not fit.
 
@@ -30,13 +30,15 @@ import dataclasses
 import html as _html
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from harness.ledger import LedgerRecord
 from harness.text import fenced, inert
+from verifier.qualitykinds import QUALITY_KINDS
 from verifier.units import scale_for_display
-from verifier.verdict import GuardResult, MetricComparison, Verdict
+from verifier.verdict import Direction, GuardResult, Interval, MetricComparison, Verdict
 
 __all__ = [
     "MAX_MARKDOWN_CHARS",
@@ -50,6 +52,8 @@ __all__ = [
     "comparing_line",
     "headline",
     "history_from_ledger",
+    "gain_interval",
+    "LedgerRow",
     "objective_change",
     "render_html_report",
     "render_markdown_report",
@@ -130,18 +134,46 @@ class HistoryPoint:
 # ------------------------------------------------------------------ helpers
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
+class LedgerRow(Protocol):
+    """What a ledger table row shows: a ``LedgerRecord``, or the bot's store view
+    of a candidate (whose ``round`` may be unknown)."""
+
+    @property
+    def event(self) -> str: ...
+    @property
+    def candidate(self) -> int: ...
+    @property
+    def round(self) -> int | None: ...
+    @property
+    def agent(self) -> str: ...
+    @property
+    def hypothesis(self) -> str: ...
+    @property
+    def sha(self) -> str: ...
+    @property
+    def decision(self) -> str: ...
+    @property
+    def gain(self) -> float | None: ...
+    @property
+    def gain_vs_b0(self) -> float | None: ...
+    @property
+    def status(self) -> str | None: ...
+    @property
+    def reason(self) -> str: ...
 
 
-def _as_verdict(v: Verdict | Mapping[str, Any] | None) -> Verdict | None:
-    if v is None or isinstance(v, Verdict):
-        return v
-    return Verdict.model_validate(dict(v))
+def gain_interval(ci: Interval | None, direction: Direction | str) -> tuple[float | None, float | None]:
+    """A ratio interval (candidate / Bk, in the metric's units) as a gain interval
+    in the metric's better direction (``verifier.verdict``'s convention):
+    ``ratio - 1`` when higher is better, ``1/ratio - 1`` when lower is. (None,
+    None) without an interval or with a bound that is not a positive number."""
+    lo = _num_or_none(ci.low) if ci is not None else None
+    hi = _num_or_none(ci.high) if ci is not None else None
+    if lo is None or hi is None or lo <= 0 or hi <= 0:
+        return None, None
+    if direction == "lower":
+        return 1 / hi - 1, 1 / lo - 1
+    return lo - 1, hi - 1
 
 
 def _short(sha: str | None) -> str:
@@ -274,15 +306,11 @@ def _ratio_vs_b0(o: Any) -> float | None:
     return 1 + o.gain_vs_b0 if o.direction == "higher" else 1 / (1 + o.gain_vs_b0)
 
 
-def objective_change(verdict: Verdict | Mapping[str, Any] | None) -> str:
+def objective_change(verdict: Verdict | None) -> str:
     """The objective's change vs Bk as the headline and the table say it
     ("+12.0% better"), for other views of the same verdict; "—" when unmeasured."""
-    try:
-        v = _as_verdict(verdict)
-    except ValueError:
-        return "—"
-    o = v.objective if v is not None else None
-    if o is None or o.ratio is None or v.decision == "error":
+    o = verdict.objective if verdict is not None else None
+    if verdict is None or o is None or o.ratio is None or verdict.decision == "error":
         return "—"
     return _change(o.ratio, o.direction, o.ratio_ci)
 
@@ -322,9 +350,9 @@ def _guard_verdict(guards: Sequence[GuardResult]) -> tuple[str, str]:
 # -------------------------------------------------------------- headline
 
 
-def headline(verdict: Verdict | Mapping[str, Any]) -> str:
+def headline(verdict: Verdict) -> str:
     """One line: the decision and, when measured, the objective's gain."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     word = {
         "accept": "Accepted",
@@ -363,9 +391,9 @@ def _accelerator(v: Verdict) -> str:
     return text + (f" ({', '.join(extras)})" if extras else "")
 
 
-def comparing_line(verdict: Verdict | Mapping[str, Any]) -> str:
+def comparing_line(verdict: Verdict) -> str:
     """"comparing <candidate> with Bk <sha> and B0 <sha> on <accelerator>"."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     s = v.shas
     text = f"comparing `{_short(s.get('candidate'))}` with Bk `{_short(s.get('bk'))}`"
@@ -383,10 +411,10 @@ def comparing_line(verdict: Verdict | Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- table
 
 
-def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
+def summary_rows(verdict: Verdict) -> list[Row]:
     """The summary table as data: objective, then tail latency, memory,
     startup and the other metrics, then failed requests and quality guards."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     rows: list[Row] = []
     o = v.objective
@@ -444,7 +472,7 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
 
     quality: dict[str, list[GuardResult]] = {}
     for g in v.guards:
-        if g.kind in ("wer", "output_length", "allclose", "waveform", "tensor"):
+        if g.kind in QUALITY_KINDS:
             quality.setdefault(g.name, []).append(g)
     for name, gs in quality.items():
         by_ref = {g.against: g for g in gs}
@@ -479,7 +507,7 @@ def summary_rows(verdict: Verdict | Mapping[str, Any]) -> list[Row]:
 _HEADER = ("metric", "B0", "Bk", "candidate", "change vs Bk", "interval (level)", "verdict")
 
 
-def render_summary_table(verdict: Verdict | Mapping[str, Any]) -> str:
+def render_summary_table(verdict: Verdict) -> str:
     """The markdown table: metric, B0, Bk, candidate, change, interval (with its level), verdict."""
     rows = summary_rows(verdict)
     if not rows:
@@ -489,7 +517,7 @@ def render_summary_table(verdict: Verdict | Mapping[str, Any]) -> str:
         cells = [r.metric if r.kind == "objective" else _cell(r.metric)]
         cells += [_cell(c) for c in (r.b0, r.bk, r.candidate, r.change, r.interval, r.verdict)]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + _sources_note(_as_verdict(verdict))
+    return "\n".join(lines) + _sources_note(verdict)
 
 
 _SOURCE_WORDS = {"verifier": "the verifier (from outside)", "client": "the protected client",
@@ -539,7 +567,7 @@ def _tradeoffs(v: Verdict) -> list[str]:
         o = v.objective
         change = _change(o.ratio, o.direction, o.ratio_ci)
         for g in v.guards:
-            if g.kind in ("wer", "output_length", "allclose", "waveform", "tensor") and g.status == "fail" and g.against == "bk":
+            if g.kind in QUALITY_KINDS and g.status == "fail" and g.against == "bk":
                 out.append(f"The {change} on {o.metric} comes with a quality loss: {g.name}: {g.detail}.")
     return out
 
@@ -547,11 +575,11 @@ def _tradeoffs(v: Verdict) -> list[str]:
 # -------------------------------------------------------------- history
 
 
-def _objective_values(verdict: Mapping[str, Any] | None, metric: str) -> tuple[float | None, float | None, float | None]:
-    """(b0, bk, candidate) medians of ``metric`` in a verdict dict."""
-    for m in _get(verdict, "metrics", ()) or ():
-        if _get(m, "name") == metric:
-            return _get(m, "b0"), _get(m, "bk"), _get(m, "candidate")
+def _objective_values(verdict: Verdict | None, metric: str) -> tuple[float | None, float | None, float | None]:
+    """(b0, bk, candidate) medians of ``metric`` in a verdict."""
+    for m in verdict.metrics if verdict is not None else ():
+        if m.name == metric:
+            return m.b0, m.bk, m.candidate
     return None, None, None
 
 
@@ -559,66 +587,63 @@ def _num_or_none(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def _gain_of(record: Any) -> tuple[float | None, float | None, float | None]:
+def _gain_of(record: LedgerRecord) -> tuple[float | None, float | None, float | None]:
     """(gain, low, high) of the objective vs the Bk measured in the same session:
     the verdict's own numbers when the record carries them, else the record's
     ``gain`` and its ratio interval turned into a gain interval."""
-    obj = _get(_get(record, "verdict"), "objective")
-    gain = _num_or_none(_get(obj, "gain"))
-    ci = _get(obj, "gain_ci")
-    if gain is not None and ci is not None:
-        return gain, _num_or_none(_get(ci, "low")), _num_or_none(_get(ci, "high"))
-    gain = gain if gain is not None else _num_or_none(_get(record, "gain"))
-    lo, hi = _num_or_none(_get(record, "ratio_low")), _num_or_none(_get(record, "ratio_high"))
-    if lo is None or hi is None or lo <= 0:
-        return gain, None, None
-    if (_get(obj, "direction") or "higher") == "lower":
-        return gain, 1 / hi - 1, 1 / lo - 1
-    return gain, lo - 1, hi - 1
+    obj = record.verdict.objective if record.verdict is not None else None
+    gain = _num_or_none(obj.gain) if obj is not None else None
+    if obj is not None and gain is not None and obj.gain_ci is not None:
+        return gain, _num_or_none(obj.gain_ci.low), _num_or_none(obj.gain_ci.high)
+    gain = gain if gain is not None else _num_or_none(record.gain)
+    ci = (Interval(low=record.ratio_low, high=record.ratio_high)
+          if record.ratio_low is not None and record.ratio_high is not None else None)
+    lo, hi = gain_interval(ci, obj.direction if obj is not None else "higher")
+    return gain, lo, hi
 
 
-def history_from_ledger(records: Iterable[Any], *, task: str | None = None) -> list[HistoryPoint]:
-    """The objective over a task's candidates, from ledger records (objects or
-    dicts, oldest first): a B0 point, then one point per candidate with its gain
+def history_from_ledger(records: Iterable[LedgerRecord], *, task: str | None = None) -> list[HistoryPoint]:
+    """The objective over a task's candidates, from ledger records (oldest
+    first): a B0 point, then one point per candidate with its gain
     vs the Bk measured in the same session (and that gain's interval) and what
     the loop did with it (kept, open, rolled back...). The Bk line follows kept
     candidates. Records without a measurement (policy rejects, errors) get
     ``value=None`` and no gain."""
-    recs = [r for r in records if (_get(r, "event", "candidate") == "candidate")
-            and (task is None or _get(r, "task") == task)]
+    recs = [r for r in records if r.event == "candidate" and (task is None or r.task == task)]
     points: list[HistoryPoint] = []
     bk: float | None = None
     for r in recs:
-        verdict = _get(r, "verdict")
-        metric = _get(r, "objective_metric") or _get(_get(verdict, "objective"), "metric") or ""
+        verdict = r.verdict
+        obj = verdict.objective if verdict is not None else None
+        metric = r.objective_metric or (obj.metric if obj is not None else "")
         b0v, bkv, cand = _objective_values(verdict, metric)
         if not points:
-            first = b0v if b0v is not None else (bkv if _get(r, "base_sha") == _get(r, "b0_sha") else None)
+            first = b0v if b0v is not None else (bkv if r.base_sha == r.b0_sha else None)
             points.append(HistoryPoint(label="B0", value=first, bk=first, decision="baseline"))
             bk = first
         if bkv is not None:
             bk = bkv  # Bk as measured alongside this candidate
-        status = str(_get(r, "status") or "")
+        status = str(r.status or "")
         after = cand if (status == "kept" and cand is not None) else bk
         gain, lo, hi = _gain_of(r) if cand is not None else (None, None, None)
-        ci = _get(_get(_get(r, "verdict"), "objective"), "gain_ci")
-        level = _num_or_none(_get(ci, "level")) if lo is not None else None
+        ci = obj.gain_ci if obj is not None else None
+        level = _num_or_none(ci.level) if (lo is not None and ci is not None) else None
         points.append(HistoryPoint(
-            label=f"#{_get(r, 'candidate')}", value=cand, bk=after, decision=str(_get(r, "decision", "")),
-            hypothesis=str(_get(r, "hypothesis", "") or ""), round=_get(r, "round"),
-            gain=gain, gain_low=lo, gain_high=hi, gain_level=level, status=status, sha=str(_get(r, "sha") or ""),
+            label=f"#{r.candidate}", value=cand, bk=after, decision=str(r.decision),
+            hypothesis=r.hypothesis, round=r.round,
+            gain=gain, gain_low=lo, gain_high=hi, gain_level=level, status=status, sha=r.sha,
         ))
         bk = after
     return points
 
 
-def _as_history(history: Sequence[HistoryPoint] | None, ledger: Sequence[Any],
+def _as_history(history: Sequence[HistoryPoint] | None, ledger: Sequence[LedgerRow],
                 verdict: Verdict | None = None) -> list[HistoryPoint]:
     """The chart's points; the point of the reported candidate (same sha) takes this
     verdict's gain, so the chart and the table always show the same number."""
     if history is None:  # the newest record's task: a repo's ledger holds every task's records
-        task = _get(ledger[-1], "task") if ledger else None
-        hist = history_from_ledger(ledger, task=task)
+        recs = [r for r in ledger if isinstance(r, LedgerRecord)]
+        hist = history_from_ledger(recs, task=recs[-1].task if recs else None)
     else:
         hist = [h if isinstance(h, HistoryPoint) else HistoryPoint(**dict(h)) for h in history]
     o = verdict.objective if verdict is not None else None
@@ -749,10 +774,10 @@ def _sha(s: str | None) -> str:
     return s if s and _SHA_RX.fullmatch(s) else ""
 
 
-def render_links(verdict: Verdict | Mapping[str, Any], links: ReportLinks | None) -> str:
+def render_links(verdict: Verdict, links: ReportLinks | None) -> str:
     """One markdown line: the commits, compare views vs Bk and B0, the ledger file,
     the artifacts and the task page ("" when there is nothing to link)."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     if links is None:
         return ""
@@ -777,10 +802,10 @@ def render_links(verdict: Verdict | Mapping[str, Any], links: ReportLinks | None
     return ("**Links**: " + " · ".join(parts)) if parts else ""
 
 
-def reproduce_command(verdict: Verdict | Mapping[str, Any], links: ReportLinks | None = None) -> str:
+def reproduce_command(verdict: Verdict, links: ReportLinks | None = None) -> str:
     """Shell lines that re-judge the candidate on a maintainer's machine with the
     same verifier ("" when the verdict has no commits to name)."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     cand, bk, b0 = (_sha(v.shas.get(k)) for k in ("candidate", "bk", "b0"))
     if not (cand and bk):
@@ -808,22 +833,20 @@ def _reproduce_block(v: Verdict, links: ReportLinks | None) -> str:
 # ------------------------------------------------------------- ledger
 
 
-def _ledger_rows(ledger: Sequence[Any]) -> list[str]:
+def _ledger_rows(ledger: Sequence[LedgerRow]) -> list[str]:
     rows = []
     for r in ledger:
-        gain = _get(r, "gain")
-        event = _get(r, "event", "candidate")
-        n = f"#{_get(r, 'candidate', '?')}" + (" (re-verify)" if event == "reverify" else "")
+        n = f"#{r.candidate}" + (" (re-verify)" if r.event == "reverify" else "")
         cells = [
             n,
-            str(_get(r, "round", "")),
-            _cell(_get(r, "agent", "")),
-            _cell(_get(r, "hypothesis", "") or "", 160),
-            f"`{_short(_get(r, 'sha'))}`" if _get(r, "sha") else "—",
-            f"{EMOJI.get(str(_get(r, 'decision')), '')} {_get(r, 'decision', '')}",
-            _pct(gain) if isinstance(gain, (int, float)) else "—",
-            _cell(_get(r, "status", "") or ""),
-            _cell(_get(r, "reason", "") or "", 240),
+            str(r.round if r.round is not None else ""),
+            _cell(r.agent),
+            _cell(r.hypothesis, 160),
+            f"`{_short(r.sha)}`" if r.sha else "—",
+            f"{EMOJI.get(str(r.decision), '')} {r.decision}",
+            _pct(r.gain) if r.gain is not None else "—",
+            _cell(r.status or ""),
+            _cell(r.reason, 240),
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -859,10 +882,10 @@ def _fingerprint_lines(v: Verdict) -> list[str]:
 
 
 def render_markdown_report(
-    verdict: Verdict | Mapping[str, Any],
+    verdict: Verdict,
     *,
     history: Sequence[HistoryPoint] | None = None,
-    ledger: Sequence[Any] = (),
+    ledger: Sequence[LedgerRow] = (),
     title: str = "rsi verifier report",
     marker: str = "",
     max_chars: int = MAX_MARKDOWN_CHARS,
@@ -873,7 +896,7 @@ def render_markdown_report(
     ``history`` defaults to :func:`history_from_ledger` of ``ledger``;
     ``marker`` (e.g. a hidden ``<!-- rsi:... -->`` comment) goes first, as given;
     ``links``: where the commits, compare views, ledger and artifacts are."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     hist = _as_history(history, ledger, v)
     parts: list[str] = []
@@ -886,6 +909,8 @@ def render_markdown_report(
     if render_links(v, links):
         parts.append(render_links(v, links))
     parts.append(render_summary_table(v))
+    if render_matrix_table(v):
+        parts.append(render_matrix_table(v))
     trade = _tradeoffs(v)
     if trade:
         parts.append("**Tradeoffs**\n\n" + "\n".join(f"- {_display(_clip(t, 400))}" for t in trade[:20]))
@@ -948,6 +973,36 @@ def render_markdown_report(
             out += "\n</details>"
         out += note
     return out
+
+
+def render_matrix_table(v: Verdict | None) -> str:
+    """The deployment matrix (``Verdict.cells``): one sentence saying where
+    the gain holds and where it does not, and the cell table (setting | gain
+    vs Bk | p95 | TTFA | memory); '' without a matrix."""
+    from verifier.cells import MATRIX_HEADER, cell_row, matrix_sentence
+
+    if v is None or not v.cells:
+        return ""
+    lines = ["**Deployment matrix**", "", _display(matrix_sentence(v.cells)), "",
+             "| " + " | ".join(MATRIX_HEADER) + " |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines += ["| " + " | ".join(_cell(c, 300) for c in cell_row(cell)) + " |" for cell in v.cells[:16]]
+    return "\n".join(lines)
+
+
+def matrix_html_sections(v: Verdict | None) -> list[str]:
+    """``render_matrix_table`` as HTML (the report page and the task page)."""
+    from verifier.cells import MATRIX_HEADER, cell_row, matrix_sentence
+
+    if v is None or not v.cells:
+        return []
+    head = "".join(f"<th>{_h(c)}</th>" for c in MATRIX_HEADER)
+    rows = "".join(
+        f'<tr class="{"fail" if cell.failed else "pass"}">'
+        + "".join(f"<td>{_h(c)}</td>" for c in cell_row(cell)) + "</tr>"
+        for cell in v.cells[:16]
+    )
+    return ["<h2>Deployment matrix</h2>", f"<p>{_h(matrix_sentence(v.cells))}</p>",
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"]
 
 
 # ---------------------------------------------------------------- HTML
@@ -1061,17 +1116,17 @@ pre{background:#f6f8fa;padding:.7rem;white-space:pre-wrap;overflow-wrap:anywhere
 
 
 def render_html_report(
-    verdict: Verdict | Mapping[str, Any],
+    verdict: Verdict,
     *,
     history: Sequence[HistoryPoint] | None = None,
-    ledger: Sequence[Any] = (),
+    ledger: Sequence[LedgerRow] = (),
     title: str = "rsi verifier report",
     max_ledger_rows: int = 1000,
     links: ReportLinks | None = None,
 ) -> str:
     """A self-contained HTML page (inline CSS and SVG; no scripts, no external
     resources; only ``links`` lead elsewhere) with the same content as the markdown report."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     b = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
          f"<title>{_h(title)}</title>", f"<style>{_CSS}</style></head><body>",
@@ -1094,16 +1149,16 @@ def html_links(v: Verdict, links: ReportLinks | None) -> str:
 
 
 def html_report_sections(
-    verdict: Verdict | Mapping[str, Any],
+    verdict: Verdict,
     *,
     history: Sequence[HistoryPoint] | None = None,
-    ledger: Sequence[Any] = (),
+    ledger: Sequence[LedgerRow] = (),
     links: ReportLinks | None = None,
     max_ledger_rows: int = 1000,
 ) -> list[str]:
     """The report's HTML body (headline, table, tradeoffs, chart, reproduce
     command, ledger, fingerprint), for a page of its own or the service's task page."""
-    v = _as_verdict(verdict)
+    v = verdict
     assert v is not None
     hist = _as_history(history, ledger, v)
     color = DECISION_COLOR[v.decision]
@@ -1123,6 +1178,7 @@ def html_report_sections(
                      + "".join(f'<td class="num">{_h(c)}</td>' for c in (r.b0, r.bk, r.candidate, r.change, r.interval))
                      + f"<td>{_h(r.verdict)}</td></tr>")
         b.append("</tbody></table>")
+    b += matrix_html_sections(v)
     trade = _tradeoffs(v)
     if trade:
         b.append("<h2>Tradeoffs</h2><ul>" + "".join(f"<li>{_h(t)}</li>" for t in trade) + "</ul>")
@@ -1150,17 +1206,17 @@ def html_report_sections(
         b.append("<table><thead><tr>" + "".join(
             f"<th>{c}</th>" for c in ("#", "round", "agent", "hypothesis", "sha", "decision", "gain vs Bk",
                                       "gain vs B0", "status", "reason")) + "</tr></thead><tbody>")
-        for r in shown:
-            gain, g0 = _get(r, "gain"), _get(r, "gain_vs_b0")
-            dec = str(_get(r, "decision", ""))
+        for rec in shown:
+            gain, g0 = rec.gain, rec.gain_vs_b0
+            dec = str(rec.decision)
             b.append(
-                f'<tr><td>#{_h(_get(r, "candidate", "?"))}</td><td class="num">{_h(_get(r, "round", ""))}</td>'
-                f'<td>{_h(_get(r, "agent", ""))}</td><td>{_h(_get(r, "hypothesis", "") or "")}</td>'
-                f'<td><code>{_h(_short(_get(r, "sha")))}</code></td>'
+                f'<tr><td>#{_h(rec.candidate)}</td><td class="num">{_h(rec.round if rec.round is not None else "")}</td>'
+                f'<td>{_h(rec.agent)}</td><td>{_h(rec.hypothesis)}</td>'
+                f'<td><code>{_h(_short(rec.sha))}</code></td>'
                 f'<td style="color:{DECISION_COLOR.get(dec, "#24292f")}">{_h(dec)}</td>'
-                f'<td class="num">{_h(_pct(gain) if isinstance(gain, (int, float)) else "—")}</td>'
-                f'<td class="num">{_h(_pct(g0) if isinstance(g0, (int, float)) else "—")}</td>'
-                f'<td>{_h(_get(r, "status", "") or "")}</td><td>{_h(_get(r, "reason", "") or "")}</td></tr>')
+                f'<td class="num">{_h(_pct(gain) if gain is not None else "—")}</td>'
+                f'<td class="num">{_h(_pct(g0) if g0 is not None else "—")}</td>'
+                f'<td>{_h(rec.status or "")}</td><td>{_h(rec.reason)}</td></tr>')
         b.append("</tbody></table>")
     else:
         b.append('<p class="muted">No ledger records.</p>')

@@ -51,13 +51,14 @@ _MORE_DOCS: dict[str, dict[str, str]] = {
                          "seed": "Seed of the run order and the bootstrap.",
                          "default_guards": "Add the default guards (tail latency, peak memory)."},
 }
-_INTERNAL = {"BenchmarkConfig": ("name",), "Guard": ("default",), "EditPolicy": ("narrow",)}
+_INTERNAL = {"BenchmarkConfig": ("name",), "Guard": ("default",), "EditPolicy": ("narrow",),
+             "Hidden": ("seed",)}
 """Fields the program fills in, never written in a config."""
 
 
 def _repo_config_model() -> type[BaseModel]:
     from harness.policy import EditPolicy
-    from harness.sections import AgentSettings, Knob, RunnerSettings
+    from harness.sections import AgentSettings, BotSettings, Knob, RunnerSettings
     from verifier.config import (
         BenchmarkConfig,
         Guard,
@@ -90,6 +91,8 @@ def _repo_config_model() -> type[BaseModel]:
                                      description="Who proposes candidates, and the round budget.")
         runner: RunnerSettings = Field(default_factory=RunnerSettings,
                                        description="Where agents and benchmarks run.")
+        bot: BotSettings = Field(default_factory=BotSettings,
+                                 description="What the bot does for this repository.")
 
     return RepoConfig
 
@@ -161,7 +164,7 @@ DOC_TABLES = {
     "benchmarks": "BenchmarkConfig", "objective": "Objective", "guards": "Guard",
     "quality": "QualityGuard", "verifier": "VerifierSettings", "hidden": "Hidden",
     "knobs": "Knob", "policy": "EditPolicy", "agent": "AgentSettings",
-    "runner": "RunnerSettings", "runner.profiles": "RunnerProfile",
+    "runner": "RunnerSettings", "runner.profiles": "RunnerProfile", "bot": "BotSettings",
 }
 """Which model documents which table of docs/configuration.md."""
 DOCS_PATH = "docs/configuration.md"

@@ -88,8 +88,8 @@ class CommandConfig(BaseModel):
     @model_validator(mode="after")
     def _has_command(self) -> CommandConfig:
         if not (self.command or "").strip():
-            raise ValueError("kind 'command' needs 'command' (a command template, e.g. "
-                             "command = \"my-agent --task {task_file}\")")
+            raise ValueError("kind 'command' needs 'command', a command template such as "
+                             "'my-agent --task {task_file}'")
         return self
 
 
@@ -257,3 +257,14 @@ class RunnerSettings(_Model):
                     f"profile '{self.profile}' is not declared; declared: {', '.join(self.profiles) or 'none'}"
                 )
         return self
+
+
+class BotSettings(_Model):
+    """``[bot]``: what the bot does for this repository (repo config only: a
+    proposal cannot set it)."""
+
+    on_failed_watch: Literal["revert-pr", "comment", "off"] = "revert-pr"
+    """When a merged bot PR's gain does not reproduce after the merge (or a guard
+    fails): ``revert-pr`` comments on the PR with both reports and opens a PR
+    reverting the merge (a PR: maintainers still decide); ``comment`` only
+    comments; ``off`` only rebaselines."""

@@ -32,6 +32,7 @@ from harness.sections import (  # noqa: F401  (re-exported: the task's config mo
     AGENT_KINDS,
     DEFAULT_IMAGE,
     AgentSettings,
+    BotSettings,
     Knob,
     RunnerProfile,
     RunnerSettings,
@@ -68,6 +69,7 @@ class TaskSpec(BaseModel):
     policy: EditPolicy = Field(default_factory=EditPolicy)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    bot: BotSettings = Field(default_factory=BotSettings)
     notes: str = ""
     """Free text from the proposal (the maintainer's idea), shown to the agent."""
 
@@ -205,8 +207,10 @@ def build_task(
     policy = _section(EditPolicy, merged, "policy", errors)
     agent = _section(AgentSettings, merged, "agent", errors)
     runner = _section(RunnerSettings, merged, "runner", errors)
-    if agent.kind == "command" and not agent.command:
-        errors.append("[agent]: kind 'command' needs 'command', a command template such as 'my-agent --task {task_file}'")
+    bot = _section(BotSettings, merged, "bot", errors)
+    if isinstance(merged.get("hidden"), dict) and merged["hidden"].get("seed") is not None:
+        errors.append("[hidden] seed: not allowed in .rsi/config.toml (the repo is visible to "
+                      "agents); name the runner's secret with seed_env instead")
     if agent.kind == "tuner" and not knobs and "kind" in (merged.get("agent") or {}):
         errors.append("[agent]: kind 'tuner' needs at least one [[knobs]] entry in .rsi/config.toml")
 
@@ -215,7 +219,7 @@ def build_task(
     if errors or verify is None:
         raise SpecError(errors)
     return TaskSpec(task_id=task_id, title=title, verify=verify, config=merged, knobs=knobs,
-                    policy=policy, agent=agent, runner=runner, notes=prop.notes)
+                    policy=policy, agent=agent, runner=runner, bot=bot, notes=prop.notes)
 
 
 def _knobs(merged: dict[str, Any], repo_files: set[str] | None, errors: list[str]) -> list[Knob]:

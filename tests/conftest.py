@@ -77,6 +77,53 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+# ---- make test: which tests run in parallel ----------------------------------
+#
+# `make test` runs the suite in two parts: every test not marked ``serial``
+# under pytest-xdist (``-n``, ``--dist loadgroup``), then the ``serial`` ones
+# one at a time, alone on the machine. ``serial`` goes (below) to every test
+# whose outcome rests on measured time (a verifier decision on real runs: the
+# CPU a parallel neighbour takes would move it) and to every Docker test (the
+# base image's containers, images and ports are not all named per worker).
+# PostgreSQL tests share one database: one xdist group, one worker.
+SERIAL_FILES = frozenset(
+    {
+        # real verifications with process isolation: decisions on measured time
+        "tests/verifier/test_judge.py",
+        "tests/verifier/test_every_run.py",
+        "tests/verifier/test_cli.py",
+        "tests/verifier/test_noise.py",
+        "tests/verifier/test_provenance.py",
+        "tests/verifier/test_fingerprint.py",
+        "tests/verifier/test_runner.py",
+        "tests/verifier/test_guards.py",
+        "tests/verifier/test_isolation.py",  # an A/A serving verification; time bounds on runs
+        "tests/harness/test_verification.py",  # a timed-out verification within 20 s
+        "tests/harness/test_resume.py",
+        "tests/harness/test_e2e.py",  # the tuner with the real verifier in process
+        "tests/bot/test_new_user.py",  # rsi try with the real verifier in process
+        "tests/harness/test_report.py",
+        "tests/bot/test_e2e.py",
+        "tests/bot/test_adoption_path.py",
+        "tests/bot/test_actions.py",
+        "tests/bot/test_cli_init.py",
+        "tests/bot/test_crash.py",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its worker hook runs first)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(REPO_ROOT).as_posix()
+        if rel.startswith("tests/adversarial/"):
+            continue  # its own xdist run (make test's second half)
+        if item.get_closest_marker("docker") is not None or rel in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+        if item.get_closest_marker("postgres") is not None:
+            item.add_marker(pytest.mark.xdist_group("postgres"))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

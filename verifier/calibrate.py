@@ -36,14 +36,16 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats as _st
 
+from .cells import cell_bench, cell_isolation, cells_of
 from .config import ConfigError, Direction, VerifyConfig
 from .fingerprint import collect
-from .isolation import Isolation
+from .isolation import Isolation, resolve_cpus
 from .measure import Progress, Session, hidden_env
 from .noise import NoiseReading, classify, machine_probe
 from .stats import (
@@ -228,8 +230,9 @@ def noise_reading(s: Session) -> NoiseReading:
     def ext(key):
         return lambda r: float(r.extra[key]) if key in r.extra else math.nan
 
+    wall = col(lambda r: r.wall_s)
     return NoiseReading(
-        wall=col(lambda r: r.wall_s),
+        wall=np.empty(0) if wall is None else wall,  # too few runs: classify says "unknown"
         cpu=col(lambda r: r.cpu_s if r.cpu_s else math.nan),
         involuntary=col(ext("involuntary_switches")),
         throttled=col(ext("throttled_s")),
@@ -253,7 +256,7 @@ def calibrate(
     name = benchmark or config.objective.benchmark
     fp = collect()
     metric = config.objective.metric if name == config.objective.benchmark else "wall_s"
-    base = dict(
+    base: dict[str, Any] = dict(
         benchmark=name,
         metric=metric,
         max_pairs=v.max_pairs,
@@ -266,12 +269,18 @@ def calibrate(
     try:
         bench = config.benchmark(name)
         env, drop = hidden_env(config)
+        cell = cells_of(bench)[0] if bench.matrix is not None else None
+        bench = cell_bench(bench, cell)  # A/A at the primary cell: where the objective is decided
+        isolation = cell_isolation(isolation, cell)
     except (ConfigError, ValueError) as e:
         return Calibration(**base, error=RunError(stage="config", message=str(e)))
     direction = bench.known_metrics().get(metric, "lower")
     n = pairs or v.calibration_pairs
     ref = Path(ref)
     try:
+        cpus = resolve_cpus(v.cpus)
+        if cpus:  # the CPU set it measured on ("auto": the least busy ones now)
+            base["fingerprint"] = fp.model_copy(update={"extra": {**fp.extra, "cpuset": cpus}})
         with Session(
             bench,
             {"a": ref, "b": ref},
@@ -281,7 +290,7 @@ def calibrate(
             progress=progress,
             on_run=_probe_after_run,
             isolation=isolation,
-            cpus=v.cpus,
+            cpus=(cell.cpus if cell else None) or cpus,
             threads=v.threads,
         ) as s:
             err = s.setup() or s.warmup(v.warmup) or s.add_pairs(n)

@@ -149,6 +149,8 @@ def render_verdict(v: Verdict) -> list:
             c = _COLOR.get(g.status, "white")
             t.add_row(escape(g.name), g.against, f"[{c}]{g.status}[/]", escape(g.detail))
         out.append(t)
+    if v.cells:
+        out += _matrix_table(v)
     for line in v.tradeoffs:
         out.append(f"tradeoff: {escape(line)}")
     for line in v.warnings:
@@ -159,6 +161,18 @@ def render_verdict(v: Verdict) -> list:
             tail = "\n".join(v.error.stderr_tail.strip().splitlines()[-15:])
             out.append(f"[dim]{escape(tail)}[/]")
     return out
+
+
+def _matrix_table(v: Verdict) -> list:
+    """The deployment matrix: a row per cell, then where the gain holds in words."""
+    from .cells import MATRIX_HEADER, cell_row, matrix_sentence
+
+    t = Table(title="deployment matrix")
+    for col in MATRIX_HEADER:
+        t.add_column(col)
+    for cell in v.cells:
+        t.add_row(*(escape(c) for c in cell_row(cell)))
+    return [t, escape(matrix_sentence(v.cells))]
 
 
 def render_calibration(c: Calibration, min_gain: float) -> list:

@@ -38,10 +38,19 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import ErrorDetails
+
+from .matrix import Matrix
+from .qualitykinds import (
+    KIND_NAMES,
+    QUALITY_KINDS,
+    SPECTRAL_MAX_DB,
+    kind_param_problems,
+    unknown_kind_message,
+)
 
 Direction = Literal["higher", "lower"]
 Source = Literal["verifier", "client", "evaluator", "benchmark"]
@@ -139,6 +148,11 @@ class BenchmarkConfig(_Model):
     """Unit of each declared metric or sample series (parsed with pint: "s", "ms",
     "1/s", "token/s", "MiB"); a series' percentiles take its unit. Reports show a
     metric without one as a plain number: units are never guessed from names."""
+    matrix: Matrix | None = None
+    """Deployment matrix: settings a deployment varies (``concurrency = [1, 4]``,
+    ``cpus = ["0", "0-1"]``); the primary cell decides the objective, every other
+    cell is measured with ``pairs`` pairs and judged by the same guards (see
+    ``verifier.matrix``)."""
 
     @field_validator("ready_pattern")
     @classmethod
@@ -211,6 +225,8 @@ class BenchmarkConfig(_Model):
             out.append(f"{where}: ready_path is for serving benchmarks (serve + client)")
         if self.ready_path is not None and not self.ready_path.startswith("/"):
             out.append(f"{where}: ready_path must start with '/', got {self.ready_path!r}")
+        if self.matrix is not None:
+            out += self.matrix.problems(f"{where}.matrix")
         for m in self.evaluator_metrics:
             if not self.evaluator:
                 out.append(f"{where}: evaluator_metrics needs an evaluator command")
@@ -284,7 +300,9 @@ class Guard(_Model):
 class QualityGuard(_Model):
     """A check on what the benchmark outputs (``outputs`` in its result)."""
 
-    kind: Literal["wer", "output_length", "allclose", "waveform", "tensor"]
+    kind: str = Field(json_schema_extra={"enum": list(KIND_NAMES)})
+    """wer, output_length, allclose, waveform, tensor or spectral (the registry:
+    verifier/qualitykinds.py); any other kind is refused, with a "did you mean"."""
     output: str = ""
     """Key in the result's ``outputs`` (wer, output_length, allclose)."""
     files: str | None = None
@@ -307,9 +325,23 @@ class QualityGuard(_Model):
     """allclose: tolerance row to use (fp32, fp16, bf16); default: the arrays' dtype."""
     rtol: float | None = Field(None, ge=0)
     atol: float | None = Field(None, ge=0)
+    max_db: float | None = Field(None, gt=0)
+    """spectral: bound on the worst file's log-mel spectral distance to the
+    reference arm's, in dB (default 0.1: honest numeric changes measure <= 0.015,
+    audible ones >= 0.27)."""
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in QUALITY_KINDS:
+            raise ValueError(unknown_kind_message(v))
+        return v
 
     @property
     def label(self) -> str:
+        if self.kind == "spectral":
+            bound = SPECTRAL_MAX_DB if self.max_db is None else self.max_db
+            return f"spectral({self.files}) log-mel distance <= {bound:g} dB"
         if self.kind == "waveform":
             if self.min_snr_db is None:
                 return f"waveform({self.files}) SNR >= Bk's repeatability"
@@ -363,9 +395,12 @@ class VerifierSettings(_Model):
     """Calibration refuses a task unless a gain of ``min_gain`` would be
     accepted with this probability within ``max_pairs``; 0.5: ``min_gain`` is
     the gain accepted half the time (larger gains far more often)."""
-    cpus: str | None = Field(None, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+    cpus: str | None = Field(None, pattern=r"^(auto(:\d+)?|\d+(-\d+)?(,\d+(-\d+)?)*)$")
     """Pin every run of both arms to this CPU set (``"0-1"``, ``"2,3"``):
-    affinity for process isolation, ``cpuset_cpus`` for containers."""
+    affinity for process isolation, ``cpuset_cpus`` for containers.
+    ``"auto"`` (half the CPUs) or ``"auto:N"``: the least busy ones when the
+    verification starts (``isolation.resolve_cpus``); the verdict's
+    fingerprint records the set used (``extra["cpuset"]``)."""
     threads: int | None = Field(None, ge=1)
     """OMP/MKL/OpenBLAS/NumExpr thread counts (and ``RSI_THREADS``) for both
     arms; default with ``cpus``: one per pinned CPU. A benchmark's env wins."""
@@ -376,6 +411,10 @@ class Hidden(_Model):
     """Set for verifier runs only."""
     seed_env: str | None = None
     """Runner env var whose value becomes ``RSI_SEED`` in verifier runs."""
+    seed: Annotated[int | None, Field(ge=0, lt=2**63)] = None
+    """A hidden seed drawn for one measurement, given as ``RSI_SEED`` in place of
+    ``seed_env``'s value (the watch after merge draws a fresh one and records
+    it); ``seed_env`` is still kept out of the runs' environment."""
 
 
 class VerifyConfig(_Model):
@@ -603,17 +642,9 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 def _quality_problems(q: QualityGuard, where: str) -> list[str]:
-    out = []
-    if q.kind in ("waveform", "tensor"):
-        if not q.files:
-            ext = "wav" if q.kind == "waveform" else "npy"
-            out.append(f'{where}: give files, a glob of output files (e.g. files = "*.{ext}")')
-        if q.output:
-            out.append(f"{where}: reads files, not outputs.{q.output}; remove output")
-    elif not q.output:
-        out.append(f"{where}: give output, the key in the result's outputs to check")
-    if q.files is not None and q.kind not in ("waveform", "tensor"):
-        out.append(f"{where}: files is for waveform and tensor guards")
+    """The keys ``q`` sets against its kind's parameter model (``qualitykinds``)."""
+    given = {k: getattr(q, k) for k in q.model_fields_set if k != "kind"}
+    out = kind_param_problems(q.kind, given, where)
     if q.kind == "tensor" and q.dtype is not None and q.dtype not in TOLERANCES:
         out.append(f"{where}: unknown dtype '{q.dtype}'; known: {', '.join(TOLERANCES)}")
     return out
@@ -635,7 +666,7 @@ def _list(b: BenchmarkConfig) -> str:
     return ", ".join(parts) + (" (measured: " + ", ".join(measured) + ")" if measured else "")
 
 
-def _pydantic_message(err: ErrorDetails) -> str:
+def _pydantic_message(err: Mapping[str, Any]) -> str:
     loc = err.get("loc", ())
     path = ""
     for part in loc:
@@ -651,6 +682,8 @@ def _pydantic_message(err: ErrorDetails) -> str:
         return (
             f"{path}: unknown key (check its spelling; see docs/contracts.md for the config layout)"
         )
+    if typ == "value_error":  # a validator's own sentence (e.g. an unknown quality kind)
+        return f"{path}: {msg.removeprefix('Value error, ')}"
     if typ == "literal_error" and loc and loc[-2:-1] and loc[-2] in ("metrics", "samples"):
         return f'{path}: direction must be "higher" or "lower", got {err.get("input")!r}'
     return f"{path}: {msg} (got {err.get('input')!r})"

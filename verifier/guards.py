@@ -74,7 +74,8 @@ class Evaluator:
         self.seed = seed if seed is not None else (self.v.seed or 0)
         self.bench_name = bench_name
         self.arms = arms
-        self.refs: list[Against] = [a for a in ("bk", "b0") if a in arms]
+        both: tuple[Against, ...] = ("bk", "b0")
+        self.refs: list[Against] = [a for a in both if a in arms]
         self.snaps: dict[str, list[dict[str, Any]]] = {}
         """arm -> one quality snapshot per measured run, in run order."""
         self.digests: dict[str, list[dict[str, str]]] = {}
@@ -179,7 +180,7 @@ class Evaluator:
         label = g.label + (
             "" if s.bench.name == self.config.objective.benchmark else f" ({s.bench.name})"
         )
-        base = dict(
+        base: dict[str, Any] = dict(
             name=label + (" [default]" if g.default else ""),
             kind=g.kind,
             metric=g.metric,
@@ -272,8 +273,9 @@ class Evaluator:
     def _self_snr(self, q: QualityGuard, arm: str) -> float | None:
         """The worst SNR of ``arm``'s later runs vs its first (inf: identical;
         None: fewer than two readable runs)."""
-        files = [s.get(file_key(q)) for s in self.snaps.get(arm, [])]
-        files = [f for f in files if isinstance(f, dict)]
+        files: list[dict[str, Any]] = [
+            f for s in self.snaps.get(arm, []) if isinstance(f := s.get(file_key(q)), dict)
+        ]
         if len(files) < 2:
             return None
         worst = math.inf
@@ -379,6 +381,12 @@ def _change_line(q: QualityGuard, g: GuardResult | None) -> str:
             f"{g.value:.1f} dB SNR vs Bk" if g is not None and g.value is not None else "vs Bk"
         )
         return f"Audio changed: {measure} (files {q.files}, worst candidate run; Bk's audio is bit-exact across its runs)."
+    if q.kind == "spectral":
+        measure = (
+            f"{g.value:.2f} dB log-mel distance vs Bk" if g is not None and g.value is not None
+            else "vs Bk"
+        )
+        return f"Audio changed: {measure} (files {q.files}, worst candidate run and file; Bk's audio is bit-exact across its runs)."
     what = f"files {q.files}" if q.files else f"outputs.{q.output}"
     detail = f": {g.detail}" if g is not None and g.detail else ""
     return f"Outputs changed ({what}) vs Bk, whose outputs are bit-exact across its runs{detail}."

@@ -157,6 +157,56 @@ def parse_cpus(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+AUTO_SAMPLE_S = 1.0
+"""How long ``resolve_cpus`` watches the CPUs before it picks the least busy."""
+
+
+def cpu_busy(sample_s: float = AUTO_SAMPLE_S) -> dict[int, float]:
+    """Each CPU's busy share (0..1) over ``sample_s`` seconds, from /proc/stat
+    (user, nice, system, irq, softirq, steal against the total)."""
+
+    def read() -> dict[int, tuple[int, int]]:
+        out: dict[int, tuple[int, int]] = {}
+        for line in Path("/proc/stat").read_text().splitlines():
+            m = re.match(r"cpu(\d+)\s+(.*)", line)
+            if m:
+                v = [int(x) for x in m.group(2).split()]
+                idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+                out[int(m.group(1))] = (sum(v[:8]) - idle, sum(v[:8]))
+        return out
+
+    a = read()
+    time.sleep(sample_s)
+    b = read()
+    busy: dict[int, float] = {}
+    for cpu, (work, total) in b.items():
+        w0, t0 = a.get(cpu, (work, total))
+        busy[cpu] = (work - w0) / (total - t0) if total > t0 else 0.0
+    return busy
+
+
+def resolve_cpus(text: str | None, *, sample_s: float = AUTO_SAMPLE_S) -> str | None:
+    """``[verifier] cpus`` as a cpuset list: ``"auto"`` is half the CPUs this
+    process may use (at least one), ``"auto:N"`` N of them, in both cases the
+    least busy over ``sample_s`` seconds (ties: the highest ids, away from
+    CPU 0's interrupts); a list stays as it is; None stays None. A
+    verification resolves it once: every run of both arms then shares the set."""
+    if not text or not str(text).startswith("auto"):
+        return text
+    m = re.fullmatch(r"auto(?::(\d+))?", str(text))
+    allowed = sorted(os.sched_getaffinity(0))
+    if not m:
+        raise ValueError(f"cpus {text!r}: write auto, auto:N or a cpuset list such as 0-1")
+    n = int(m.group(1)) if m.group(1) else max(1, len(allowed) // 2)
+    if not 1 <= n <= len(allowed):
+        raise ValueError(
+            f"cpus {text!r}: {n} CPU(s) asked, {len(allowed)} available to the verifier"
+        )
+    busy = cpu_busy(sample_s)
+    ranked = sorted(allowed, key=lambda c: (round(busy.get(c, 1.0), 2), -c))
+    return ",".join(map(str, sorted(ranked[:n])))
+
+
 def pin_env(cpus: tuple[int, ...], threads: int | None) -> dict[str, str]:
     """Thread settings for pinned runs: ``threads``, else one per pinned CPU."""
     n = threads or len(cpus)

@@ -45,10 +45,22 @@ from typing import Any
 import numpy as np
 
 from .calibrate import Calibration
+from .cells import (
+    cell_bench,
+    cell_isolation,
+    cells_of,
+    cpus_problem,
+    failed_cells_reason,
+    measure_cell,
+    primary_result,
+    unclear_cells_reason,
+    unmeasured,
+)
 from .config import BenchmarkConfig, Direction, VerifyConfig
 from .fingerprint import FingerprintMismatch, collect, ensure_comparable
 from .guards import Evaluator, derived_seed
-from .isolation import Isolation
+from .isolation import Isolation, resolve_cpus
+from .matrix import Cell
 from .measure import ARM_STAGE, Progress, ProgressEvent, Session, hidden_env
 from .noise import explain_runs
 from .runner import RunRecord
@@ -194,7 +206,10 @@ def _verify(
         failed = _other_benchmark_guards(plan, found, objective, progress, isolation)
         if failed is not None:
             return failed
-    return _conclude(plan, found, objective, progress)
+    verdict = _matrix(plan, found, _conclude(plan, found, objective, progress), progress, isolation)
+    if verdict.decision != Decision.ERROR:
+        _emit_done(progress, verdict.runs, verdict.pairs, plan.bench_name, verdict.decision)
+    return verdict
 
 
 @dataclass(frozen=True)
@@ -218,6 +233,7 @@ class _Plan:
     prior: dict[str, Any]  # the calibration's spread as the test's prior, if it applies
     calibration: Calibration | None
     warnings: list[str]  # the verdict's warnings so far; later steps append
+    cell: Cell | None = None  # the matrix's primary cell (None: no matrix)
 
 
 def _preflight(
@@ -242,7 +258,11 @@ def _preflight(
         message = f"unknown benchmark '{bench_name}'; declared: {declared}"
         return _error(RunError(stage="config", message=message), **base)
     bench = config.benchmarks[bench_name]
+    cell = cells_of(bench)[0] if bench.matrix is not None else None
+    bench = cell_bench(bench, cell)  # the primary cell decides the objective
     base["settings"] = dict(bench.settings)
+    if cpus_problem(bench):
+        return _error(RunError(stage="config", message=cpus_problem(bench)), **base)
     fp = collect()
     base["fingerprint"] = fp
     try:
@@ -282,6 +302,7 @@ def _preflight(
         prior=prior,
         calibration=calibration,
         warnings=warnings,
+        cell=cell,
     )
 
 
@@ -352,6 +373,19 @@ class _Found:
     changes: list[str]  # tradeoff lines: outputs changed vs a bit-exact Bk
 
 
+def _cpuset(plan: _Plan, cpus: str | None) -> str | None:
+    """The verification's CPU set: ``[verifier] cpus`` resolved once (``auto``:
+    the least busy CPUs now), kept in the verdict's fingerprint
+    (``extra["cpuset"]``) and reused by every later session of it."""
+    fp = plan.base.get("fingerprint")
+    if isinstance(fp, Fingerprint) and fp.extra.get("cpuset"):
+        return fp.extra["cpuset"]
+    resolved = resolve_cpus(cpus)
+    if resolved and isinstance(fp, Fingerprint):
+        plan.base["fingerprint"] = fp.model_copy(update={"extra": {**fp.extra, "cpuset": resolved}})
+    return resolved
+
+
 def _session(
     plan: _Plan,
     bench: BenchmarkConfig,
@@ -363,6 +397,7 @@ def _session(
     run_offset: int = 0,
 ) -> Session:
     v = plan.config.verifier
+    cpus = _cpuset(plan, v.cpus)
     return Session(
         bench,
         plan.arms,
@@ -372,8 +407,8 @@ def _session(
         progress=progress,
         on_run=on_run,
         run_offset=run_offset,
-        isolation=isolation,
-        cpus=v.cpus,
+        isolation=cell_isolation(isolation, plan.cell) if bench is plan.bench else isolation,
+        cpus=(plan.cell.cpus if plan.cell and bench is plan.bench else None) or cpus,
         threads=v.threads,
         base_checkout=plan.measuring,
     )
@@ -627,7 +662,6 @@ def _conclude(
     if found.flags and decision == Decision.ACCEPT:
         decision, reason = Decision.REVIEW, found.flags[0]
     warnings += [f for f in found.flags if f != reason]
-    _emit_done(progress, found.runs, found.pairs, plan.bench_name, decision)
     return Verdict(
         decision=decision,
         reason=reason,
@@ -640,6 +674,92 @@ def _conclude(
         runs=found.runs,
         quarantined=quarantined,
         **plan.base,
+    )
+
+
+def _matrix(
+    plan: _Plan,
+    found: _Found,
+    verdict: Verdict,
+    progress: Progress | None,
+    isolation: Isolation | None,
+) -> Verdict:
+    """The deployment matrix: the primary cell's row from the verdict; every
+    other cell measured with the matrix's ``pairs`` and judged by the same
+    guards, only when the primary accepted (``accept`` or ``review``); a guard
+    clearly failed in a cell (its interval wholly beyond the bound) rejects,
+    the cell named; one unclear there (a close call on few pairs) is a warning. Without a matrix: the verdict as it is."""
+    if plan.cell is None or plan.bench.matrix is None:
+        return verdict
+    cells = cells_of(plan.bench)
+    obj = verdict.objective
+    rows = [
+        primary_result(
+            cells[0],
+            plan.metric,
+            obj.gain if obj else None,
+            obj.gain_ci if obj else None,
+            verdict.pairs,
+            verdict.guards,
+            verdict.metrics,
+        )
+    ]
+    others = cells[1:]
+    if verdict.decision not in (Decision.ACCEPT, Decision.REVIEW):
+        why = f"not measured: the primary cell ({cells[0].label}) did not accept the candidate"
+        rows += [unmeasured(c, why) for c in others]
+        note = (
+            f"deployment matrix: the other cells ({', '.join(c.label for c in others)}) were "
+            f"not measured, since the candidate was not accepted at the primary cell "
+            f"({cells[0].label})"
+        )
+        kept = (*verdict.warnings, note) if others else verdict.warnings
+        return verdict.model_copy(update={"cells": tuple(rows), "warnings": kept})
+    runs, warnings, flags = verdict.runs, list(verdict.warnings), list[str]()
+    for cell in others:
+        run = measure_cell(
+            plan.config, plan.bench_name, cell, plan.arms,
+            pairs=plan.bench.matrix.pairs, seed=plan.seed, env=plan.env, drop=plan.drop,
+            base_checkout=plan.measuring, isolation=isolation, progress=progress,
+            run_offset=runs,
+        )  # fmt: skip
+        runs += run.runs
+        if run.error is not None or run.result is None:
+            err = run.error or RunError(stage="verifier", message=f"cell {cell.label}: no result")
+            return _error(
+                err, runs=runs, pairs=verdict.pairs, objective=obj, cells=tuple(rows),
+                **plan.base,
+            )  # fmt: skip
+        rows.append(run.result)
+        warnings += run.warnings
+        flags += run.flags
+    decision, reason = verdict.decision, verdict.reason
+    failed = failed_cells_reason(rows[1:])
+    unclear = unclear_cells_reason(rows[1:])
+    if failed:
+        decision, reason = Decision.REJECT, failed
+    elif flags and decision == Decision.ACCEPT:
+        decision, reason = Decision.REVIEW, flags[0]
+    warnings += [f for f in flags if f != reason]
+    if unclear:
+        warnings.append(
+            f"{unclear} (a cell has {plan.bench.matrix.pairs} pairs: a close call there is "
+            f"not decided; raise [benchmarks.{plan.bench_name}.matrix] pairs to decide it)"
+        )
+    lines = [*verdict.tradeoffs] + [
+        f"At {c.label}: " + t[0].lower() + t[1:]
+        for c in rows[1:]
+        for t in tradeoffs(list(c.metrics))
+    ]
+    return verdict.model_copy(
+        update={
+            "decision": decision,
+            "reason": reason,
+            "cells": tuple(rows),
+            "runs": runs,
+            "warnings": tuple(dict.fromkeys(warnings)),
+            "tradeoffs": tuple(lines),
+        }
     )
 
 

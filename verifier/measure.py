@@ -70,6 +70,9 @@ def hidden_env(config: VerifyConfig) -> tuple[dict[str, str], tuple[str, ...]]:
     the hidden seed variable is missing on this runner."""
     env = dict(config.hidden.env)
     drop: tuple[str, ...] = ()
+    if config.hidden.seed is not None:
+        env["RSI_SEED"] = str(config.hidden.seed)
+        return env, ((config.hidden.seed_env,) if config.hidden.seed_env else ())
     if config.hidden.seed_env:
         name = config.hidden.seed_env
         value = os.environ.get(name)

@@ -1,5 +1,8 @@
 """Quality guards on what a benchmark outputs: WER, output length, allclose,
-and output files: waveform (SNR in dB) and tensor (allclose per file).
+and output files: waveform (SNR in dB), spectral (log-mel distance in dB) and
+tensor (allclose per file). ``KINDS`` is the registry: every kind declared in
+``qualitykinds`` with its comparator (a declared kind without one fails at
+import; a guard of an undeclared kind fails, never falls back to another).
 
 Each check compares one candidate run's outputs with one run's of a reference
 arm (Bk or B0); ``guards.Evaluator`` takes a ``snapshot`` of every measured run
@@ -20,6 +23,7 @@ resolve to the run's output dir.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import io
 import json
@@ -29,7 +33,8 @@ import re
 import stat
 import string
 import wave
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,7 @@ import numpy as np
 
 from .config import TOLERANCES, QualityGuard
 from .protocol import ProtocolError, read_regular
+from .qualitykinds import QUALITY_KINDS, SPECTRAL_MAX_DB, KindDecl, unknown_kind_message
 from .verdict import Against, GuardResult, arm_label
 
 _PUNCT = re.compile(
@@ -365,16 +371,17 @@ def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, Any] | QualityError
         entries = sorted(os.scandir(out_dir), key=lambda e: e.name)
     except OSError as e:
         return QualityError(f"cannot list the output dir: {e.strerror}")
-    found = [e for e in entries if fnmatch.fnmatchcase(e.name, g.files or "")]
+    found = [x for x in entries if fnmatch.fnmatchcase(x.name, g.files or "")]
     if len(found) > MAX_FILES:
         return QualityError(f"{len(found)} files match {g.files}, over the {MAX_FILES} limit")
     out: dict[str, Any] = {}
     try:
-        for e in found:
-            if e.is_symlink() or not e.is_file(follow_symlinks=False):
+        for entry in found:
+            if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 raise QualityError(f"an output file matching {g.files} is not a regular file (a symlink, FIFO...)")
-            data = read_file(Path(e.path))
-            out[e.name] = read_wav(data, e.name) if g.kind == "waveform" else _npy(data, e.name)
+            data = read_file(Path(entry.path))
+            wav = QUALITY_KINDS[g.kind].file_ext == "wav"
+            out[entry.name] = read_wav(data, entry.name) if wav else _npy(data, entry.name)
     except QualityError as err:
         return err
     return out
@@ -432,11 +439,131 @@ def snr_db(cand: np.ndarray, ref: np.ndarray) -> float:
     return 10 * math.log10(signal / noise)
 
 
+# ---- spectral: log-mel distance -------------------------------------------------
+
+#: Frames of 25 ms every 10 ms, 64 mel bands up to half the sample rate, log
+#: energies floored 80 dB below the reference file's loudest band.
+FRAME_S = 0.025
+HOP_S = 0.010
+MEL_BANDS = 64
+FLOOR_DB = 80.0
+
+
+def _hz_to_mel(f: np.ndarray) -> np.ndarray:
+    return 2595.0 * np.log10(1.0 + f / 700.0)
+
+
+def _mel_to_hz(m: np.ndarray) -> np.ndarray:
+    return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+
+
+@functools.lru_cache(maxsize=8)
+def mel_filterbank(rate: int, n_fft: int, bands: int = MEL_BANDS) -> np.ndarray:
+    """(bands x n_fft//2+1) triangular filters, equally spaced on the HTK mel
+    scale from 0 Hz to rate/2, each of unit peak (read-only: cached)."""
+    edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(rate / 2.0))), bands + 2))
+    freqs = np.linspace(0.0, rate / 2.0, n_fft // 2 + 1)
+    fb = np.zeros((bands, freqs.size))
+    for b in range(bands):
+        lo, mid, hi = edges[b], edges[b + 1], edges[b + 2]
+        up = (freqs - lo) / max(mid - lo, 1e-9)
+        down = (hi - freqs) / max(hi - mid, 1e-9)
+        fb[b] = np.clip(np.minimum(up, down), 0.0, None)
+    fb.setflags(write=False)
+    return fb
+
+
+def _framing(rate: int) -> tuple[int, int, int]:
+    """(window, hop, FFT size) in samples at ``rate``."""
+    win = max(int(round(FRAME_S * rate)), 2)
+    hop = max(int(round(HOP_S * rate)), 1)
+    return win, hop, 1 << (win - 1).bit_length()
+
+
+def _frame_count(n: int, rate: int) -> int:
+    win, hop, _ = _framing(rate)
+    return max(1, 1 + math.ceil(max(n - win, 0) / hop))
+
+
+#: Frames per block: the memory of one block stays ~(512 + 64) x 8 bytes a frame.
+_BLOCK_FRAMES = 2048
+
+
+def _mel_blocks(x: np.ndarray, rate: int, frames: int) -> Iterator[np.ndarray]:
+    """Mel band energies (linear power) of ``x`` (samples in [-1, 1]) in blocks
+    of up to ``_BLOCK_FRAMES`` frames: Hann windows of ``FRAME_S`` every
+    ``HOP_S``, the signal padded with silence to ``frames`` frames. Blocks
+    bound the memory whatever the file's length (a candidate's file is
+    untrusted: up to ``MAX_FILE_BYTES``)."""
+    win, hop, n_fft = _framing(rate)
+    fb_t = mel_filterbank(rate, n_fft).T
+    window = np.hanning(win)[None, :]
+    offsets = np.arange(win)[None, :]
+    for first in range(0, frames, _BLOCK_FRAMES):
+        count = min(_BLOCK_FRAMES, frames - first)
+        lo = first * hop
+        seg = np.zeros((count - 1) * hop + win)
+        part = x[lo : lo + seg.size]
+        seg[: part.size] = part
+        idx = offsets + hop * np.arange(count)[:, None]
+        spec = np.abs(np.fft.rfft(seg[idx] * window, n=n_fft, axis=1)) ** 2
+        yield spec @ fb_t
+
+
+def log_mel(x: np.ndarray, rate: int, n_frames: int | None = None) -> np.ndarray:
+    """(frames x bands) mel band energies of ``x``, linear power (see
+    ``_mel_blocks``), over ``n_frames`` frames (default: enough for ``x``)."""
+    frames = n_frames if n_frames is not None else _frame_count(x.size, rate)
+    return np.concatenate(list(_mel_blocks(np.asarray(x, dtype=np.float64), rate, frames)))
+
+
+def log_mel_distance(cand: np.ndarray, ref: np.ndarray, rate: int) -> float:
+    """The mean over frames of the RMS difference (over mel bands) of the two
+    signals' log-mel energies, in dB. Both are framed over the longer one (the
+    shorter padded with silence: missing or extra audio counts); energies are
+    floored ``FLOOR_DB`` below the reference's loudest band-frame, so what
+    both leave near silence does not count. 0.0 when identical."""
+    frames = max(_frame_count(cand.size, rate), _frame_count(ref.size, rate))
+    c = np.asarray(cand, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    top = max((float(b.max()) for b in _mel_blocks(r, rate, frames)), default=0.0)
+    floor = max(top, 1e-20) * 10.0 ** (-FLOOR_DB / 10.0)
+    total = 0.0
+    for bc, br in zip(_mel_blocks(c, rate, frames), _mel_blocks(r, rate, frames), strict=True):
+        diff = 10.0 * np.log10(bc + floor) - 10.0 * np.log10(br + floor)
+        total += float(np.sum(np.sqrt(np.mean(diff**2, axis=1))))
+    return total / frames
+
+
+def _spectral_files(
+    cand: dict[str, Any], ref: dict[str, Any], names: list[str], g: QualityGuard, ref_label: str
+) -> tuple[bool, float, str]:
+    """(ok, worst file's log-mel distance in dB, detail) over files matched by name."""
+    bound = g.max_db if g.max_db is not None else SPECTRAL_MAX_DB
+    dists: dict[str, float] = {}
+    for n in names:
+        (c, cr), (r, rr) = cand[n], ref[n]
+        if cr != rr:
+            return False, math.inf, f"{n}: sample rate {cr} vs {ref_label} {rr}"
+        dists[n] = log_mel_distance(c, r, rr)
+    worst_name = max(names, key=lambda n: dists[n])
+    worst = dists[worst_name]
+    ok = worst <= bound
+    mean = sum(dists.values()) / len(dists)
+    detail = (f"worst log-mel distance {worst:.2f} dB ({worst_name}), mean {mean:.2f} dB "
+              f"over {len(names)} files vs {ref_label}")
+    return ok, worst, detail + ("" if ok else f": above {bound:g} dB")
+
+
 def compare_files(
     cand: dict[str, Any], ref: dict[str, Any], g: QualityGuard, ref_label: str
 ) -> tuple[bool, float, str]:
-    """(ok, value, detail) of a waveform (value: worst SNR, dB) or tensor guard
-    (value: worst max abs error) over files matched by name."""
+    """(ok, value, detail) of a guard on output files (``KINDS[g.kind].files``)
+    over files matched by name: waveform (value: worst SNR, dB), spectral
+    (worst log-mel distance, dB), tensor (worst max abs error)."""
+    check = _kind(g).files
+    if check is None:
+        raise QualityError(f"kind '{g.kind}' does not read output files")
     if not ref:
         raise QualityError(f"{ref_label} wrote no file matching {g.files}")
     missing = sorted(set(ref) - set(cand))
@@ -446,10 +573,19 @@ def compare_files(
                  f"{len(extra)} unexpected (names not quoted)" if extra else ""]  # fmt: skip
         what = "; ".join(p for p in parts if p)
         return False, math.nan, f"{len(cand)} files vs {len(ref)} of {ref_label}: {what}"
-    names = sorted(ref)
-    if g.kind == "tensor":
-        ok, err, detail = allclose([cand[n] for n in names], [ref[n] for n in names], g)
-        return ok, err, f"{len(names)} files: {detail}"
+    return check(cand, ref, sorted(ref), g, ref_label)
+
+
+def _tensor_files(
+    cand: dict[str, Any], ref: dict[str, Any], names: list[str], g: QualityGuard, ref_label: str
+) -> tuple[bool, float, str]:
+    ok, err, detail = allclose([cand[n] for n in names], [ref[n] for n in names], g)
+    return ok, err, f"{len(names)} files: {detail}"
+
+
+def _waveform_files(
+    cand: dict[str, Any], ref: dict[str, Any], names: list[str], g: QualityGuard, ref_label: str
+) -> tuple[bool, float, str]:
     worst, worst_name = math.inf, ""
     for n in names:
         (c, cr), (r, rr) = cand[n], ref[n]
@@ -477,13 +613,20 @@ def evaluate(
     warn: Callable[[str], None] | None = None,
 ) -> GuardResult:
     """Judge ``guard`` on the candidate's ``snapshot`` against a reference
-    arm's (``against``: ``bk`` or ``b0``); never raises.
+    arm's (``against``: ``bk`` or ``b0``); never raises for a guard of a
+    registered kind.
+
+    A guard whose kind is not in ``KINDS`` (built around the config's check,
+    e.g. with ``model_construct``) raises ValueError: it is never judged by
+    another kind's comparator.
 
     Status: ``fail`` when the candidate's outputs are missing, unreadable or
     beyond the bound; ``skipped`` when the reference arm's are (``warn`` then
     receives a sentence for the verdict's warnings); else ``pass``.
     """
     warn = warn or (lambda _text: None)
+    if guard.kind not in KINDS:  # only a guard built around the config's check gets here
+        raise ValueError(unknown_kind_message(guard.kind))
     if guard.files:
         return _file_guard(guard, candidate, reference, against, warn)
     base: dict[str, Any] = dict(
@@ -500,8 +643,10 @@ def evaluate(
         return GuardResult(
             **base, status="fail", detail=f"candidate: {candidate.get(guard.output, 'no outputs')}"
         )
-    check = {"wer": _wer_guard, "output_length": _length_guard}.get(guard.kind, _allclose_guard)
     try:
+        check = _kind(guard).outputs
+        if check is None:
+            raise QualityError(f"kind '{guard.kind}' reads output files: give files")
         return GuardResult(**base, **check(guard, candidate, reference, rl))
     except QualityError as e:
         return GuardResult(**base, status="fail", detail=str(e))
@@ -584,13 +729,7 @@ def _file_guard(
     base: dict[str, Any] = dict(
         name=q.label, kind=q.kind, metric=f"files {q.files}", against=against
     )
-    base["bound"] = (
-        "per-dtype tolerance"
-        if q.kind != "waveform"
-        else f">= {q.min_snr_db:g} dB"
-        if q.min_snr_db is not None
-        else ">= 0 dB"
-    )
+    base["bound"] = KINDS[q.kind].bound(q)
     cand = candidate.get(key, QualityError("no candidate run"))
     refv = reference.get(key, QualityError("no snapshot"))
     if isinstance(refv, QualityError):
@@ -603,5 +742,76 @@ def _file_guard(
     except QualityError as e:
         warn(f"quality guard {q.label}: {e}; not checked")
         return GuardResult(**base, status="skipped", detail=str(e))
-    value = value if math.isfinite(value) else None
-    return GuardResult(**base, value=value, status="pass" if ok else "fail", detail=detail)
+    shown = value if math.isfinite(value) else None
+    return GuardResult(**base, value=shown, status="pass" if ok else "fail", detail=detail)
+
+
+# ---- the registry ------------------------------------------------------------------
+
+OutputsCheck = Callable[[QualityGuard, Mapping[str, Any], Mapping[str, Any], str], dict[str, Any]]
+"""(guard, candidate snapshot, reference snapshot, reference label) -> GuardResult
+fields (bound, value, status, detail); raises QualityError."""
+FilesCheck = Callable[
+    [dict[str, Any], dict[str, Any], list[str], QualityGuard, str], tuple[bool, float, str]
+]
+"""(candidate files, reference files, names, guard, reference label) -> (ok, value, detail)."""
+
+
+def _bound_text(q: QualityGuard) -> str:
+    if q.kind == "waveform":
+        return f">= {q.min_snr_db:g} dB" if q.min_snr_db is not None else ">= 0 dB"
+    if q.kind == "spectral":
+        return f"<= {q.max_db if q.max_db is not None else SPECTRAL_MAX_DB:g} dB"
+    return "per-dtype tolerance"
+
+
+@dataclass(frozen=True)
+class QualityKind:
+    """A declared kind (``qualitykinds.KindDecl``: name, parameter model) with
+    its comparator: ``outputs`` for kinds reading the result's outputs,
+    ``files`` for kinds reading output files."""
+
+    decl: KindDecl
+    outputs: OutputsCheck | None = None
+    files: FilesCheck | None = None
+    bound: Callable[[QualityGuard], str] = _bound_text
+
+
+OUTPUT_CHECKS: dict[str, OutputsCheck] = {
+    "wer": _wer_guard,
+    "output_length": _length_guard,
+    "allclose": _allclose_guard,
+}
+"""The comparators of the kinds that read the result's outputs."""
+FILE_CHECKS: dict[str, FilesCheck] = {
+    "waveform": _waveform_files,
+    "tensor": _tensor_files,
+    "spectral": _spectral_files,
+}
+"""The comparators of the kinds that read output files."""
+
+
+def _registry() -> dict[str, QualityKind]:
+    """Every declared kind with its comparator; ImportError when a declared kind
+    has none of its reading (or a comparator has no declaration)."""
+    out = {}
+    for name, decl in QUALITY_KINDS.items():
+        checks = OUTPUT_CHECKS if decl.reads == "outputs" else FILE_CHECKS
+        if name not in checks:
+            raise ImportError(f"quality kind '{name}' ({decl.reads}) has no comparator")
+        out[name] = QualityKind(decl, outputs=OUTPUT_CHECKS.get(name), files=FILE_CHECKS.get(name))
+    stray = sorted((set(OUTPUT_CHECKS) | set(FILE_CHECKS)) - set(out))
+    if stray:
+        raise ImportError(f"comparators without a declared quality kind: {stray}")
+    return out
+
+
+KINDS: dict[str, QualityKind] = _registry()
+"""Every quality kind: its declaration and its comparator."""
+
+
+def _kind(g: QualityGuard) -> QualityKind:
+    try:
+        return KINDS[g.kind]
+    except KeyError:
+        raise QualityError(unknown_kind_message(g.kind)) from None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy import stats as _st
@@ -646,7 +647,9 @@ def judge_objective(
     p = float(_st.t.sf(loc.point / se, loc.df))
     gain, lo, hi = math.expm1(est.point), math.expm1(est.low), math.expm1(est.high)
     ci = f"{gain:+.2%} [{lo:+.2%}, {hi:+.2%}] ({est.level:.0%} repeated interval)"
-    look = dict(n=n, gain=gain, gain_low=lo, gain_high=hi, log_gain=est, p_value=p)
+    look: dict[str, Any] = dict(
+        n=n, gain=gain, gain_low=lo, gain_high=hi, log_gain=est, p_value=p
+    )
     look.update(critical=crit, margin=margin, scale=loc.scale, noise=noise)
     if not deciding:
         why = f"no decision before {design.deciding_looks[0]} pairs (too few to check the noise)"
@@ -667,14 +670,16 @@ def judge_objective(
         clears = f"clears the bias margin {margin:.2%}" if margin > 0 else "clears 0"
         why = f"gain {ci} {clears} (t > {crit:.2f}), p={p:.2g}, after {n} pairs"
         return ObjectiveLook(**look, decision="accept", reason=why, finding="gain")
-    why = []
+    open_ends: list[str] = []
     if lo <= margin:
         what = f"the bias margin {margin:.2%}" if margin > 0 else "0"
-        why.append(f"interval low end {lo:+.2%} does not clear {what}")
+        open_ends.append(f"interval low end {lo:+.2%} does not clear {what}")
     if gain < min_gain:
-        why.append(f"point gain {gain:+.2%} below min_gain {min_gain:.2%}")
+        open_ends.append(f"point gain {gain:+.2%} below min_gain {min_gain:.2%}")
     return ObjectiveLook(
-        **look, decision="continue", reason=f"unclear after {n} pairs: {ci}; " + "; ".join(why)
+        **look,
+        decision="continue",
+        reason=f"unclear after {n} pairs: {ci}; " + "; ".join(open_ends),
     )
 
 
@@ -722,6 +727,8 @@ def run_sequential(
         )
         if look.decision != "continue":
             return look.decision, look
+    if look is None:
+        raise ValueError("a design needs at least one look")
     return "inconclusive", look
 
 

@@ -151,6 +151,7 @@ class GuardResult(_Frozen):
         "allclose",
         "waveform",
         "tensor",
+        "spectral",
     ]
     metric: str = ""
     against: Against = "bk"
@@ -160,6 +161,37 @@ class GuardResult(_Frozen):
     status: GuardStatus = "pass"
     detail: str = ""
     source: MetricSource | None = None  # for metric guards: who measured the metric
+
+
+class CellResult(_Frozen):
+    """One cell of a deployment matrix (``verifier.matrix``): its settings, the
+    objective's gain vs Bk there with its interval, its guards and metrics."""
+
+    setting: dict[str, int | float | str]
+    """The cell's value of each setting, e.g. ``{"concurrency": 4}``."""
+    primary: bool = False
+    """The cell that decided the objective (its guards are the verdict's own)."""
+    measured: bool = True
+    """False: not measured (the primary cell did not accept the candidate)."""
+    pairs: int = 0
+    metric: str = ""
+    gain: float | None = None
+    """The objective's metric, improvement vs Bk (0.25 = 25% better)."""
+    gain_ci: Interval | None = None
+    guards: tuple[GuardResult, ...] = ()
+    metrics: tuple[MetricComparison, ...] = ()
+    note: str = ""
+    duration_s: float = 0.0
+    """Wall time the cell's measurement took (what the matrix costs; 0 for the primary)."""
+
+    @property
+    def label(self) -> str:
+        """``concurrency=4, cpus=0-1``."""
+        return ", ".join(f"{k}={v}" for k, v in self.setting.items())
+
+    @property
+    def failed(self) -> tuple[GuardResult, ...]:
+        return tuple(g for g in self.guards if g.status == "fail")
 
 
 class RunError(_Frozen):
@@ -192,6 +224,8 @@ class Verdict(_Frozen):
     # the seed of the run order and the bootstrap: a secret drawn per verification
     # (or ``[verifier] seed``), told only afterwards; ``[verifier] seed = <it>`` replays
     seed: int | None = None
+    # the deployment matrix's cells (the primary first); empty without a matrix
+    cells: tuple[CellResult, ...] = ()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

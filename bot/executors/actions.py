@@ -38,10 +38,11 @@ from typing import Any
 
 from bot import checks, crash, obs, render
 from bot.context import Context, harness_task_id
+from bot.payloads import ReverifyPayload, RunTaskPayload, model_of
 from bot.status import refresh_status
 from bot.tasks import job as job_of
 from bot.tasks.clone import commit_of, ensure_clone
-from bot.tasks.common import best_effort, candidate_of
+from bot.tasks.common import best_effort, candidate_of, task_of
 from bot.vocab import JobKind, TaskState
 from bot.worker import JobRun, Permanent, Retry
 from harness.gitutil import GitError, git, rev_parse
@@ -57,19 +58,19 @@ JOB_SCHEMA = "rsi.job/1"
 
 def job_document(ctx: Context, run: JobRun) -> dict[str, Any]:
     """Everything the runner needs to run this job, and nothing secret."""
-    task = ctx.store.task(run.payload["task_id"])
-    if task is None:
-        raise Permanent(f"task {run.payload['task_id']} does not exist")
+    task = task_of(ctx, run)
+    args = run.args_as(model_of(run.job.kind))
     doc = {
         "schema": JOB_SCHEMA, "job_id": run.job.id, "attempt": run.job.attempts,
-        "kind": run.job.kind, "payload": run.payload, "repo": task.repo, "issue": task.issue,
+        "kind": run.job.kind, "payload": args.dump(), "repo": task.repo, "issue": task.issue,
         "generation": task.generation,
         "task_id": harness_task_id(task.issue, task.generation),
         "proposal": task.proposal or "", "budget": task.budget, "bk_sha": task.bk_sha,
     }
-    if run.job.kind == "reverify":
-        cand = candidate_of(ctx, task, run.payload.get("generation", task.generation),
-                            run.payload["n"])
+    if isinstance(args, ReverifyPayload):
+        cand = candidate_of(ctx, task,
+                            task.generation if args.generation is None else args.generation,
+                            args.n)
         doc["branch"] = cand.branch
         doc["sha"] = cand.sha
     return doc
@@ -78,8 +79,8 @@ def job_document(ctx: Context, run: JobRun) -> dict[str, Any]:
 def runner_labels(ctx: Context, task: Any) -> list[str]:
     """The runner labels of the task's runner profile (``runs_on``; for cuda and npu
     profiles without it ``["self-hosted", device]``; else ``RSI_RUNNER_LABELS``)."""
-    from bot.handlers.labeled import CONFIG_PATH
     from bot.harness_port import SpecError
+    from harness.spec import CONFIG_PATH
 
     text = ctx.gh.get_file_text(task.repo, CONFIG_PATH)
     if text is None:
@@ -103,12 +104,13 @@ class ActionsExecutor:
     def run(self, ctx: Context, run: JobRun) -> str:
         doc = job_document(ctx, run)
         repo = doc["repo"]
-        if run.job.kind == JobKind.RUN_TASK:
-            t = ctx.store.task(run.payload["task_id"])
-            if t.generation != run.payload["generation"]:
+        args = run.args
+        if isinstance(args, RunTaskPayload):
+            t = task_of(ctx, run)
+            if t.generation != args.generation:
                 return "superseded"
             ctx.store.update_task(t.id, state=TaskState.RUNNING if t.b0_sha else TaskState.BASELINE)
-        task = ctx.store.task(run.payload["task_id"])
+        task = task_of(ctx, run)
         base = task.bk_sha
         if not base:
             clone, default = ensure_clone(ctx, task)
@@ -116,7 +118,7 @@ class ActionsExecutor:
         labels = runner_labels(ctx, task)
         if run.job.kind in (JobKind.RUN_TASK, JobKind.REVERIFY):  # a rebaseline reports per candidate
             checks.ensure(ctx, task, run.job.id, run.job.kind, head_sha=doc.get("sha"),
-                          n=(run.payload.get("n") if run.job.kind == "reverify" else None))
+                          n=(args.n if isinstance(args, ReverifyPayload) else None))
         prev = ctx.store.dispatch_of_job(run.job.id)
         if prev is not None:  # an earlier attempt of this job dispatched (or tried to)
             if prev.consumed_at is not None:
@@ -142,11 +144,13 @@ class ActionsExecutor:
         run_id = ctx.gh.dispatch_workflow(repo, ctx.settings.job_workflow, ref, inputs)
         crash.point("dispatched")
         if not run_id:  # a GitHub without return_run_details: the run carries the nonce
-            run_id = find_run(ctx, repo, nonce, since=ctx.store.dispatch(nonce).created_at)
+            recorded = ctx.store.dispatch(nonce)
+            run_id = find_run(ctx, repo, nonce,
+                              since=recorded.created_at if recorded else ctx.clock())
         if run_id:
             ctx.store.set_dispatch_run(nonce, int(run_id))
         checks.dispatched(ctx, repo, run.job.id, int(run_id) if run_id else None, labels)
-        best_effort(refresh_status, ctx, doc["payload"]["task_id"],
+        best_effort(refresh_status, ctx, task.id,
                     note=f"Dispatched to runners `{', '.join(labels)}`.")
         return f"dispatched {run.job.kind} to {ctx.settings.job_workflow} ({', '.join(labels)})"
 

@@ -32,9 +32,11 @@ def execute(job: dict[str, Any], *, repo: Path, out: Path, state_dir: Path,
     try:
         if job.get("schema") != JOB_SCHEMA:
             raise ValueError(f"unknown job schema {job.get('schema')!r}")
-        on_runner = JOBS[job["kind"]].on_runner if job.get("kind") in JOBS else None
-        if on_runner is None:
+        registered = JOBS.get(job.get("kind"))  # type: ignore[arg-type]  # a JobKind is its string
+        on_runner = registered.on_runner if registered is not None else None
+        if registered is None or on_runner is None:
             raise ValueError(f"unknown job kind {job.get('kind')!r}")
+        registered.payload.load(job.get("payload"))  # PayloadError: says which field is wrong
         repo = Path(repo).resolve()
         sd = Path(state_dir) / job["repo"].replace("/", "__") / f"issue-{job['issue']}" / \
             f"gen-{job['generation']}"

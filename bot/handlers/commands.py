@@ -19,18 +19,20 @@ Commands are acknowledged with a reaction (+1 done, confused refused).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot import checks, obs, render, replies
+from bot.command_table import SPECS, Args, CommandSpec
 from bot.context import TRUSTED_ROLES, Context, sender_of, task_lane
+from bot.payloads import RebaselinePayload, ReverifyPayload, RunTaskPayload
 from bot.status import refresh_status, task_usage
 from bot.store import Task
-from bot.vocab import ACTIVE, DEAD_ENDS, TASK_STATE_WORDS, CandidateState, JobKind, TaskState
+from bot.vocab import ACTIVE, DEAD_ENDS, TASK_STATE_WORDS, CandidateState, TaskState
 
 EVENTS = ("issue_comment.created",)
 
-NAMES = ("rerun", "status", "stop", "resume", "budget", "rebaseline", "help")
 MAX_BUDGET = 1000
 MAX_COMMANDS = 10
 
@@ -41,7 +43,7 @@ _HTML_COMMENT_RX = re.compile(r"<!--.*?(-->|\Z)", re.S)
 
 @dataclass(frozen=True)
 class Command:
-    name: str  # one of NAMES, or "" for an unknown command
+    name: str  # a name in bot.command_table.TABLE, or "" for an unknown command
     args: tuple[str, ...] = ()
     error: str | None = None  # set when the command is malformed
     text: str = ""  # the line as written
@@ -88,23 +90,38 @@ def _command(words: list[str], text: str) -> Command:
     if not words:
         return Command("help", (), None, text)
     name, args = words[0].lower(), tuple(words[1:])
-    if name not in NAMES:
+    spec = SPECS.get(name)
+    if spec is None:
         return Command("", (words[0],), "unknown command; /rsi help lists them", text)
-    if name == "budget":
-        if not args or not args[0].isdigit():
-            return Command(name, args, "/rsi budget N needs a whole number of rounds", text)
-        n = int(args[0])
-        if not 1 <= n <= MAX_BUDGET:
-            return Command(name, args, f"the budget must be between 1 and {MAX_BUDGET} rounds",
-                           text)
-        return Command(name, (str(n),), None, text)
-    if name == "rerun" and args and _DIGEST_RX.match(args[0]):
-        digest = _DIGEST_RX.match(args[0]).group(1).lower()
-        if len(digest) < render.DIGEST_CHARS:
-            return Command(name, (digest,), f"give the whole digest ({render.DIGEST_CHARS} "
-                           "characters) the status comment shows", text)
-        return Command(name, (digest,), None, text)
+    return _ARGS[spec.args](name, args, text)
+
+
+def _no_args(name: str, args: tuple[str, ...], text: str) -> Command:
     return Command(name, (), None, text)
+
+
+def _rounds(name: str, args: tuple[str, ...], text: str) -> Command:
+    if not args or not args[0].isdigit():
+        return Command(name, args, f"/rsi {name} N needs a whole number of rounds", text)
+    n = int(args[0])
+    if not 1 <= n <= MAX_BUDGET:
+        return Command(name, args, f"the budget must be between 1 and {MAX_BUDGET} rounds", text)
+    return Command(name, (str(n),), None, text)
+
+
+def _digest(name: str, args: tuple[str, ...], text: str) -> Command:
+    m = _DIGEST_RX.match(args[0]) if args else None
+    if m is None:
+        return Command(name, (), None, text)
+    digest = m.group(1).lower()
+    if len(digest) < render.DIGEST_CHARS:
+        return Command(name, (digest,), f"give the whole digest ({render.DIGEST_CHARS} "
+                       "characters) the status comment shows", text)
+    return Command(name, (digest,), None, text)
+
+
+_ARGS: dict[Args, Callable[[str, tuple[str, ...], str], Command]] = {
+    Args.NONE: _no_args, Args.ROUNDS: _rounds, Args.DIGEST: _digest}
 
 
 # --------------------------------------------------------------------- handler
@@ -127,7 +144,7 @@ def handle(ctx: Context, event: Any) -> str:
     number = int(issue["number"])
     comment_id = comment.get("id")
     role = ctx.gh.collaborator_role(repo, user)
-    if role not in TRUSTED_ROLES:
+    if any(role not in (SPECS[c.name].who if c.name in SPECS else TRUSTED_ROLES) for c in cmds):
         names = ", ".join(c.name or c.args[0] for c in cmds)
         replies.reply(ctx, repo, number, render.refusal(
             user, names, f"it needs write, maintain or admin access to {repo}, and you have "
@@ -195,79 +212,151 @@ def _task_for(ctx: Context, repo: str, number: int, is_pr: bool) -> tuple[Task |
     return ctx.store.find_task(repo, number), None
 
 
+@dataclass(frozen=True)
+class Call:
+    """One command being run: who asked where, and the task it is about."""
+
+    ctx: Context
+    cmd: Command
+    repo: str
+    number: int
+    is_pr: bool
+    user: str
+    delivery: str
+    seen: str | None
+    """The issue body in the comment event (the text as it read when the writer commented)."""
+    task: Task | None = None
+    cand: Any = None
+
+    @property
+    def the_task(self) -> Task:
+        assert self.task is not None  # rows with needs_task get one (_run)
+        return self.task
+
+
+Outcome = tuple[bool, str]
+"""(done, message to reply, "" for none)."""
+
+
 def _run(ctx: Context, cmd: Command, *, repo: str, number: int, is_pr: bool, user: str,
-         delivery: str, seen: str | None = None) -> tuple[bool, str]:
-    """(done, message to reply, "" for none). ``seen``: the issue body in the
-    comment event (the text as it read when the writer commented)."""
-    if cmd.name == "help":
-        return True, render.help_text(ctx.settings.trigger_label)
-    task, cand = _task_for(ctx, repo, number, is_pr)
-    obs.bind_task(task.id if task is not None else None)
-    if task is None:
-        where = "this pull request is not an rsi candidate" if is_pr else (
-            f"there is no rsi task on this issue; add the `{ctx.settings.trigger_label}` label "
-            "to start one")
-        return False, where
-    lane = task_lane(task.id)
-    if cmd.name == "status":
-        refresh_status(ctx, task.id)
-        t = ctx.store.task(task.id)
-        return True, (f"status: {TASK_STATE_WORDS.get(t.state, t.state)}; rounds "
-                      f"{t.rounds_done}" + (f" of {t.budget}" if t.budget else "") +
-                      f". Details in the status comment on #{t.issue}.")
-    if cmd.name == "stop":
-        if task.state in DEAD_ENDS:
-            return False, f"the task is {task.state}; there is nothing to stop"
-        ctx.store.update_task(task.id, stop=True, state=TaskState.STOPPING
-                              if task.state in ACTIVE else TaskState.STOPPED)
-        cancelled = checks.cancel_task(ctx, task)
-        refresh_status(ctx, task.id)
-        return True, ("cancelled " + ", ".join(cancelled) + "." if cancelled else "")
-    if cmd.name == "resume":
-        if task.state in DEAD_ENDS:
-            return False, (f"the task is {task.state}; fix the proposal and add the label again")
-        ctx.store.update_task(task.id, stop=False, state=TaskState.QUEUED)
-        ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": task.id, "generation": task.generation},
-                          lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
-        refresh_status(ctx, task.id)
-        return True, ""
-    if cmd.name == "budget":
-        n = cmd.budget
-        ctx.store.update_task(task.id, budget=n)
-        if task.state == TaskState.FINISHED and n > task.rounds_done and not task.stop:
-            ctx.store.update_task(task.id, state=TaskState.QUEUED)
-            ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": task.id, "generation": task.generation},
-                              lane=lane, key=f"run:{task.id}:{task.generation}:{delivery}")
-        refresh_status(ctx, task.id)
-        used = task_usage(ctx, task)  # rsi-agents: what the rounds have spent so far
-        return True, (f"budget: {n} rounds; {render.usage_line(used)}" if used else "")
-    if cmd.name == "rebaseline":
-        ctx.store.enqueue(JobKind.REBASELINE, {"task_id": task.id, "ref": None,
-                                               "merged_pr": None, "requested_by": user},
-                          lane=lane, key=f"rebaseline:{task.id}:{delivery}")
-        return True, "rebaselining on the default branch; open candidates will be re-verified."
-    edit, why = (_approved_edit(task, cmd.args[0] if cmd.args else None, seen)
-                 if cmd.name == "rerun" and not is_pr else (None, None))
+         delivery: str, seen: str | None = None) -> Outcome:
+    """Run one parsed command through its row of :data:`COMMANDS`."""
+    row = COMMANDS.get(cmd.name)
+    if row is None:
+        return False, "unknown command"
+    call = Call(ctx, cmd, repo, number, is_pr, user, delivery, seen)
+    if row.spec.needs_task:
+        task, cand = _task_for(ctx, repo, number, is_pr)
+        obs.bind_task(task.id if task is not None else None)
+        if task is None:
+            return False, ("this pull request is not an rsi candidate" if is_pr else
+                           f"there is no rsi task on this issue; add the "
+                           f"`{ctx.settings.trigger_label}` label to start one")
+        call = replace(call, task=task, cand=cand)
+    return row.handler(call)
+
+
+def _help(c: Call) -> Outcome:
+    return True, render.help_text(c.ctx.settings.trigger_label)
+
+
+def _status(c: Call) -> Outcome:
+    ctx, task = c.ctx, c.the_task
+    refresh_status(ctx, task.id)
+    t = ctx.store.task(task.id) or task
+    return True, (f"status: {TASK_STATE_WORDS.get(t.state, t.state)}; rounds "
+                  f"{t.rounds_done}" + (f" of {t.budget}" if t.budget else "") +
+                  f". Details in the status comment on #{t.issue}.")
+
+
+def _stop(c: Call) -> Outcome:
+    ctx, task = c.ctx, c.the_task
+    if task.state in DEAD_ENDS:
+        return False, f"the task is {task.state}; there is nothing to stop"
+    ctx.store.update_task(task.id, stop=True, state=TaskState.STOPPING
+                          if task.state in ACTIVE else TaskState.STOPPED)
+    cancelled = checks.cancel_task(ctx, task)
+    refresh_status(ctx, task.id)
+    return True, ("cancelled " + ", ".join(cancelled) + "." if cancelled else "")
+
+
+def _resume(c: Call) -> Outcome:
+    ctx, task = c.ctx, c.the_task
+    if task.state in DEAD_ENDS:
+        return False, (f"the task is {task.state}; fix the proposal and add the label again")
+    ctx.store.update_task(task.id, stop=False, state=TaskState.QUEUED)
+    ctx.store.enqueue_job(RunTaskPayload(task_id=task.id, generation=task.generation),
+                          lane=task_lane(task.id), key=f"run:{task.id}:{task.generation}:{c.delivery}")
+    refresh_status(ctx, task.id)
+    return True, ""
+
+
+def _budget(c: Call) -> Outcome:
+    ctx, task, n = c.ctx, c.the_task, int(c.cmd.args[0])
+    ctx.store.update_task(task.id, budget=n)
+    if task.state == TaskState.FINISHED and n > task.rounds_done and not task.stop:
+        ctx.store.update_task(task.id, state=TaskState.QUEUED)
+        ctx.store.enqueue_job(RunTaskPayload(task_id=task.id, generation=task.generation),
+                              lane=task_lane(task.id),
+                              key=f"run:{task.id}:{task.generation}:{c.delivery}")
+    refresh_status(ctx, task.id)
+    used = task_usage(ctx, task)  # rsi-agents: what the rounds have spent so far
+    return True, (f"budget: {n} rounds; {render.usage_line(used)}" if used else "")
+
+
+def _rebaseline(c: Call) -> Outcome:
+    task = c.the_task
+    c.ctx.store.enqueue_job(RebaselinePayload(task_id=task.id), lane=task_lane(task.id),
+                            key=f"rebaseline:{task.id}:{c.delivery}")
+    return True, "rebaselining on the default branch; open candidates will be re-verified."
+
+
+def _rerun(c: Call) -> Outcome:
+    ctx, task = c.ctx, c.the_task
+    edit, why = (_approved_edit(task, c.cmd.args[0] if c.cmd.args else None, c.seen)
+                 if not c.is_pr else (None, None))
     if why:
         return False, why
     if edit is not None:
         from bot.handlers import labeled
 
-        outcome = labeled.start(ctx, repo, number, body=edit,
-                                title=f"#{number}", labeler=user,
-                                installation_id=task.installation_id, trigger=delivery)
+        outcome = labeled.start(ctx, c.repo, c.number, body=edit,
+                                title=f"#{c.number}", labeler=c.user,
+                                installation_id=task.installation_id, trigger=c.delivery)
         return True, (f"running the edited proposal `{render.proposal_digest(edit)}`, approved "
                       "by you" + ("" if outcome.startswith("accepted") else
                                   " (it has problems: see the status comment)") + ".")
-    if cmd.name == "rerun":
-        cands = ([cand] if cand is not None
-                 else ctx.store.candidates(task.id, state=CandidateState.OPEN))
-        if not cands:
-            return False, "there is no open candidate to re-verify"
-        for c in cands:
-            checks.queue_job(ctx, task, JobKind.REVERIFY,
-                             {"task_id": task.id, "n": c.n, "rebase": False, "reason": "rerun",
-                              "requested_by": user},
-                             key=f"reverify:{task.id}:{c.n}:{delivery}", head_sha=c.sha, n=c.n)
-        return True, ""
-    return False, "unknown command"
+    cands = ([c.cand] if c.cand is not None
+             else ctx.store.candidates(task.id, state=CandidateState.OPEN))
+    if not cands:
+        return False, "there is no open candidate to re-verify"
+    for cand in cands:
+        checks.queue_job(ctx, task, ReverifyPayload(task_id=task.id, n=cand.n, requested_by=c.user),
+                         key=f"reverify:{task.id}:{cand.n}:{c.delivery}", head_sha=cand.sha,
+                         n=cand.n)
+    return True, ""
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of the command table bound to its handler."""
+
+    spec: CommandSpec
+    handler: Callable[[Call], Outcome]
+
+
+_HANDLERS: dict[str, Callable[[Call], Outcome]] = {
+    "rerun": _rerun, "status": _status, "stop": _stop, "resume": _resume, "budget": _budget,
+    "rebaseline": _rebaseline, "help": _help}
+
+
+def _bind() -> dict[str, Row]:
+    missing, extra = set(SPECS) - set(_HANDLERS), set(_HANDLERS) - set(SPECS)
+    if missing or extra:
+        raise RuntimeError(f"/rsi commands without a handler: {sorted(missing)}; handlers "
+                           f"without a row in bot.command_table.TABLE: {sorted(extra)}")
+    return {name: Row(spec, _HANDLERS[name]) for name, spec in SPECS.items()}
+
+
+COMMANDS: dict[str, Row] = _bind()
+"""The command table (:data:`bot.command_table.TABLE`), each row with its handler."""

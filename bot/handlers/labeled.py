@@ -17,11 +17,12 @@ from typing import Any
 from bot import checks, obs, render, replies
 from bot.context import TRUSTED_ROLES, Context, harness_task_id, sender_of
 from bot.harness_port import SpecError
+from bot.payloads import RunTaskPayload
 from bot.status import refresh_status
-from bot.vocab import JobKind, TaskState
+from bot.vocab import TaskState
+from harness.spec import CONFIG_PATH
 
 EVENTS = ("issues.labeled",)
-CONFIG_PATH = ".rsi/config.toml"
 
 
 def handle(ctx: Context, event: Any) -> str:
@@ -73,19 +74,19 @@ def start(ctx: Context, repo: str, number: int, *, body: str, title: str, labele
                                          harness_task_id(number, task.generation), title=title)
         except SpecError as e:
             errors = list(e.errors)
-    if errors:
+    if errors or spec is None:
         ctx.store.approve_proposal(task.id, body, generation=task.generation,
                                    state=TaskState.INVALID, summary=None)
         refresh_status(ctx, task.id, errors=errors)
         return f"invalid: {len(errors)} error(s)"
     summary = render.task_summary(spec)
-    budget = getattr(getattr(spec, "agent", None), "rounds", None)
+    budget = spec.agent.rounds
     ctx.store.approve_proposal(task.id, body, generation=task.generation,
                                state=TaskState.QUEUED, summary=summary, budget=budget,
                                b0_sha=None, bk_sha=None)
     checks.supersede(ctx, task)
-    checks.queue_job(ctx, ctx.store.task(task.id), JobKind.RUN_TASK,
-                     {"task_id": task.id, "generation": task.generation},
+    checks.queue_job(ctx, ctx.store.task(task.id) or task,
+                     RunTaskPayload(task_id=task.id, generation=task.generation),
                      key=f"run:{task.id}:{task.generation}")
     note = "Accepted. The baseline is measured first, then the rounds run." + (
         " This supersedes the previous run." if task.generation > 1 else "")

@@ -2,7 +2,9 @@
 
 On a merge of one of our candidate PRs: mark it merged, rebaseline at the
 merge commit, then re-verify the task's other open candidates against it
-(rebased onto it; a conflict is reported, not hidden). A bot PR closed
+(rebased onto it; a conflict is reported, not hidden), and watch the merge
+(``watch``: its claimed gain measured again; ``bot/tasks/rebaseline.py``).
+A redelivery of the same merge queues nothing new (the job's key). A bot PR closed
 without merging is only marked closed.
 """
 
@@ -12,8 +14,9 @@ from typing import Any
 
 from bot import render
 from bot.context import Context, our_candidate_pr, task_lane
+from bot.payloads import RebaselinePayload
 from bot.status import refresh_status
-from bot.vocab import CandidateState, JobKind, TaskState
+from bot.vocab import CandidateState, TaskState
 
 EVENTS = ("pull_request.closed",)
 
@@ -38,9 +41,11 @@ def handle(ctx: Context, event: Any) -> str:
     sha = pr.get("merge_commit_sha")
     ctx.store.upsert_candidate(task.id, cand.n, generation=cand.generation,
                                state=CandidateState.MERGED)
-    ctx.store.enqueue(JobKind.REBASELINE,
-                      {"task_id": task.id, "ref": sha, "merged_pr": int(number)},
-                      lane=task_lane(task.id), key=f"rebaseline:{task.id}:merge:{number}")
+    queued = ctx.store.enqueue_job(
+        RebaselinePayload(task_id=task.id, ref=sha, merged_pr=int(number), watch=True),
+        lane=task_lane(task.id), key=f"rebaseline:{task.id}:merge:{number}")
+    if queued is None:  # a redelivery of this merge: its job is queued or done already
+        return f"merged #{number}: rebaseline already queued"
     ctx.store.update_task(task.id, state=TaskState.REBASELINING)
     refresh_status(ctx, task.id, note=f"#{int(number)} merged: measuring `{render.short_sha(sha)}` "
                                       "as the new Bk, then re-verifying the open candidates.")

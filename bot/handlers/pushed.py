@@ -13,7 +13,8 @@ from typing import Any
 
 from bot import checks, render
 from bot.context import TRUSTED_ROLES, Context, our_candidate_pr, sender_of
-from bot.vocab import REVERIFIABLE, JobKind
+from bot.payloads import ReverifyPayload
+from bot.vocab import REVERIFIABLE
 
 EVENTS = ("pull_request.synchronize",)
 
@@ -41,9 +42,8 @@ def handle(ctx: Context, event: Any) -> str:
     role = ctx.gh.collaborator_role(repo, login)
     if role not in TRUSTED_ROLES:
         return f"ignored: {login} is {role}"
-    job = checks.queue_job(ctx, task, JobKind.REVERIFY,
-                           {"task_id": task.id, "n": cand.n, "rebase": False,
-                            "reason": f"push by {login}", "requested_by": login},
+    job = checks.queue_job(ctx, task, ReverifyPayload(task_id=task.id, n=cand.n,
+                                                      requested_by=login),
                            key=f"reverify:{task.id}:{cand.n}:{after}", head_sha=after, n=cand.n)
     return (f"re-verifying candidate {cand.n} at {render.short_sha(after)}" if job is not None
             else f"already queued for {render.short_sha(after)}")

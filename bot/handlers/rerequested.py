@@ -15,8 +15,9 @@ from typing import Any
 from bot import checks, obs, render
 from bot.context import TRUSTED_ROLES, Context, sender_of
 from bot.gh import VERIFIER_CHECK
+from bot.payloads import ReverifyPayload, RunTaskPayload
 from bot.status import refresh_status
-from bot.vocab import REVERIFIABLE, JobKind, TaskState
+from bot.vocab import REVERIFIABLE, TaskState
 
 EVENTS = ("check_run.rerequested",)
 RESUMABLE = frozenset({TaskState.FAILED, TaskState.STOPPED, TaskState.PAUSED, TaskState.FINISHED})
@@ -43,9 +44,7 @@ def handle(ctx: Context, event: Any) -> str:
         obs.bind_task(task.id)
         if cand.state not in REVERIFIABLE or not cand.pr_number:
             return f"ignored: candidate {cand.n} is {cand.state}"
-        checks.queue_job(ctx, task, JobKind.REVERIFY,
-                         {"task_id": task.id, "n": cand.n, "rebase": False,
-                          "reason": "re-run requested", "requested_by": login},
+        checks.queue_job(ctx, task, ReverifyPayload(task_id=task.id, n=cand.n, requested_by=login),
                          key=f"reverify:{task.id}:{cand.n}:{event.delivery_id}",
                          head_sha=cand.sha, n=cand.n)
         return f"re-verifying candidate {cand.n} of task {task.id}"
@@ -59,8 +58,7 @@ def _resume(ctx: Context, task_id: int, login: str, delivery: str) -> str:
     if task.state == TaskState.FINISHED and not (task.budget and task.rounds_done < task.budget):
         return "ignored: the task finished its budget (/rsi budget N adds rounds)"
     ctx.store.update_task(task.id, stop=False, state=TaskState.QUEUED)
-    checks.queue_job(ctx, task, JobKind.RUN_TASK,
-                     {"task_id": task.id, "generation": task.generation},
+    checks.queue_job(ctx, task, RunTaskPayload(task_id=task.id, generation=task.generation),
                      key=f"run:{task.id}:{task.generation}:{delivery}")
     refresh_status(ctx, task.id, note=f"Re-run requested by @{render.inert(login, plain=True)} "
                                       "on the rsi/verifier check: the rounds continue.")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bot.context import Context, harness_task_id
 from bot.store import Task
-from harness.gitutil import git, rev_parse
+from harness.gitutil import GitError, git, rev_parse
 from harness.ledger import LedgerRecord
 from harness.spec import TaskSpec
 
@@ -66,6 +66,31 @@ def push(ctx: Context, task: Task, clone: Path, branch: str, *, lease: str | Non
     args = ["push", "--quiet"]
     args.append(f"--force-with-lease={branch}:{lease}" if lease else "--force")
     git(clone, *args, "origin", f"refs/heads/{branch}:refs/heads/{branch}", env=remote.git_env())
+
+
+def revert_branch(clone: Path, branch: str, merge_sha: str, onto: str) -> str | None:
+    """Make ``branch`` in the clone: ``onto`` (the default branch now) plus a real
+    ``git revert`` of ``merge_sha`` (``-m 1`` for a merge commit: back to its
+    first parent). Returns the new head, or None when the revert conflicts
+    (nothing is left behind then)."""
+    wt = clone.parent / f"{clone.name}.revert"
+    git(clone, "worktree", "remove", "--force", str(wt), check=False)
+    git(clone, "worktree", "prune")
+    git(clone, "worktree", "add", "--force", "--detach", str(wt), onto)
+    try:
+        parents = git(clone, "rev-list", "--parents", "-n", "1", merge_sha).split()[1:]
+        args = ["revert", "--no-edit", *(["-m", "1"] if len(parents) > 1 else []), merge_sha]
+        try:
+            git(wt, *args)
+        except GitError as e:
+            log.info("reverting %s does not apply on %s: %s", merge_sha[:12], onto, e)
+            git(wt, "revert", "--abort", check=False)
+            return None
+        sha = git(wt, "rev-parse", "HEAD")
+        git(clone, "branch", "-f", branch, sha)
+        return sha
+    finally:
+        git(clone, "worktree", "remove", "--force", str(wt), check=False)
 
 
 def load_spec(ctx: Context, task: Task, clone: Path, default: str) -> TaskSpec:

@@ -9,6 +9,7 @@ from typing import Any
 from bot import obs
 from bot.context import Context
 from bot.gh import GitHubError
+from bot.payloads import P, PayloadError, TaskPayload, model_of
 from bot.store import Candidate, Task
 from bot.worker import JobRun, Permanent
 
@@ -17,9 +18,16 @@ log = logging.getLogger("rsi.bot.tasks")
 
 def task_of(ctx: Context, run: JobRun) -> Task:
     """The job's task (``Permanent`` when it is gone); binds its id to the log context."""
-    task = ctx.store.task(run.payload["task_id"])
+    try:
+        args = run.args_as(model_of(run.job.kind))
+    except PayloadError as e:
+        raise Permanent(f"job {run.job.id}: {e}") from None
+    if not isinstance(args, TaskPayload):
+        raise Permanent(f"job {run.job.id} ({run.job.kind}) names no task")
+    task_id = args.task_id
+    task = ctx.store.task(task_id)
     if task is None:
-        raise Permanent(f"task {run.payload['task_id']} does not exist")
+        raise Permanent(f"task {task_id} does not exist")
     obs.bind_task(task.id)
     return task
 
@@ -37,3 +45,11 @@ def best_effort(fn: Callable[..., Any], *args: Any, **kw: Any) -> None:
         fn(*args, **kw)
     except GitHubError as e:
         log.warning("status update failed (will refresh later): %s", e)
+
+
+def payload_of(job_doc: dict[str, Any], model: type[P]) -> P:
+    """A dispatched job document's payload as ``model`` (``Permanent`` when it does not fit)."""
+    try:
+        return model.load(job_doc.get("payload"))
+    except PayloadError as e:
+        raise Permanent(str(e)) from None

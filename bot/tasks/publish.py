@@ -13,6 +13,7 @@ from typing import Any
 from bot import checks, render, sticky
 from bot.context import Context, harness_task_id
 from bot.gh import GitHubError, web_root
+from bot.payloads import PublishPayload
 from bot.status import refresh_status
 from bot.store import Candidate, Task
 from bot.tasks.clone import head_of, ledger, push
@@ -25,14 +26,15 @@ log = logging.getLogger("rsi.bot.tasks")
 
 
 def verdict_of(c: Candidate) -> Verdict | None:
-    return Verdict.model_validate(c.verdict) if c.verdict else None
+    return c.verdict_model
 
 
 def publish(ctx: Context, run: JobRun) -> str:
     """Push ``rsi/<issue>/<n>``, open its draft PR, ask the labeler to review,
     post the report and the ``rsi/verifier`` check run."""
     task = task_of(ctx, run)
-    gen, n = run.payload["generation"], run.payload["n"]
+    p = run.args_as(PublishPayload)
+    gen, n = p.generation, p.n
     cand = candidate_of(ctx, task, gen, n)
     verdict = verdict_of(cand)
     clone = ctx.clone_dir(task.repo, task.issue)

@@ -1,4 +1,10 @@
-"""``rebaseline``: a merge made a new Bk; every open candidate is judged again on it."""
+"""``rebaseline``: a merge made a new Bk; every open candidate is judged again on it.
+
+After a merge of one of our PRs (payload ``watch``), the watch after merge
+(``harness.watch``) measures the merge commit against its parent again, with a
+fresh hidden-input draw and more requests; when the PR's claim does not hold,
+the bot comments on the merged PR with both reports and, per ``[bot]
+on_failed_watch``, opens a PR reverting the merge (label ``rsi:revert``)."""
 
 from __future__ import annotations
 
@@ -7,19 +13,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot import render, sticky
+from bot import render, replies, sticky
 from bot.context import Context, task_lane
+from bot.gh import GitHubError, PullInfo
 from bot.harness_port import SpecError
+from bot.payloads import RebaselinePayload, RunTaskPayload
 from bot.status import refresh_status
 from bot.store import Candidate, Task
-from bot.tasks.clone import commit_of, ensure_clone, load_spec, push
-from bot.tasks.common import best_effort, task_of
+from bot.tasks.clone import commit_of, ensure_clone, load_spec, push, revert_branch
+from bot.tasks.common import best_effort, payload_of, task_of
 from bot.tasks.publish import post_report, verdict_of
-from bot.vocab import DEAD_ENDS, REVERIFIABLE, CandidateState, JobKind, TaskState
+from bot.vocab import DEAD_ENDS, REVERIFIABLE, CandidateState, TaskState
 from bot.worker import JobRun, Permanent
 
 if TYPE_CHECKING:
     from harness.loop import RebaselineResult
+    from harness.spec import TaskSpec
+    from harness.watch import WatchResult
+    from verifier.verdict import Verdict
 
 log = logging.getLogger("rsi.bot.tasks")
 
@@ -35,7 +46,8 @@ def rebaseline(ctx: Context, run: JobRun) -> str:
                     note="Nothing to rebaseline yet: the baseline has not been measured.")
         return "no task state yet"
     clone, default = ensure_clone(ctx, task)
-    ref = run.payload.get("ref") or f"origin/{default}"
+    p = run.args_as(RebaselinePayload)
+    ref = p.ref or f"origin/{default}"
     sha = commit_of(clone, ref)
     if sha is None:
         raise Permanent(f"{ref} is not a commit of {task.repo}")
@@ -49,7 +61,14 @@ def rebaseline(ctx: Context, run: JobRun) -> str:
     best_effort(refresh_status, ctx, task.id)
     old_shas = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
     result = ctx.harness.rebaseline(clone, spec, sha, state_dir=state_dir)
-    return apply_rebaseline(ctx, task, clone, sha, run.payload.get("merged_pr"), result, old_shas)
+    watched: WatchResult | str | None = None
+    if wants_watch(ctx, task, spec, p, sha):
+        try:
+            watched = ctx.harness.watch(clone, spec, sha, state_dir=state_dir)
+        except (ValueError, OSError) as e:  # git could not resolve it: said, not a failure
+            watched = f"the watch could not run: {e}"
+    done = apply_rebaseline(ctx, task, clone, sha, p.merged_pr, result, old_shas)
+    return done + apply_watch(ctx, task, clone, default, spec, p.merged_pr, watched)
 
 
 def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr: int | None,
@@ -96,8 +115,8 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
     more = (not t.stop and t.budget is not None and t.rounds_done < t.budget
             and t.state not in DEAD_ENDS)
     if more:
-        ctx.store.enqueue(JobKind.RUN_TASK, {"task_id": t.id, "generation": t.generation},
-                          lane=task_lane(t.id), key=f"run:{t.id}:{t.generation}:bk:{sha}")
+        ctx.store.enqueue_job(RunTaskPayload(task_id=t.id, generation=t.generation),
+                              lane=task_lane(t.id), key=f"run:{t.id}:{t.generation}:bk:{sha}")
     ctx.store.update_task(task.id, state=TaskState.QUEUED if more else (
         TaskState.STOPPED if t.stop else TaskState.FINISHED))
     summary = render.inert(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())),
@@ -122,14 +141,133 @@ def _report_conflict(ctx: Context, task: Task, cand: Candidate, merged_pr: int |
                             title="conflicts with the new baseline", summary=text)
 
 
+# ------------------------------------------------------------ the watch after merge
+
+
+def revert_branch_name(pr: int) -> str:
+    """The revert PR's head: never ``rsi/...`` (those are candidates)."""
+    return f"rsi-revert/{int(pr)}"
+
+
+def _watch_job(sha: str) -> str:
+    return f"watch-{render.short_sha(sha).lower()}"
+
+
+def wants_watch(ctx: Context, task: Task, spec: TaskSpec, payload: RebaselinePayload,
+                sha: str) -> bool:
+    """A merge of our candidate PR (the ``merged`` handler's ``watch`` flag), a
+    repo that has not turned the watch off, and no earlier run of this job that
+    already reported (its comment or its revert PR): a job run again after a
+    crash does not measure, comment or revert twice."""
+    pr = payload.merged_pr
+    if not payload.watch or pr is None or spec.bot.on_failed_watch == "off":
+        return False
+    if replies.find(ctx, task.repo, pr, replies.reply_kind(_watch_job(sha), "report")):
+        return False
+    return _our_revert_pr(ctx, task.repo, pr) is None
+
+
+def _our_revert_pr(ctx: Context, repo: str, pr: int) -> PullInfo | None:
+    return next((p for p in _revert_pulls(ctx, repo, pr) if ctx.is_us(p.user)), None)
+
+
+def _revert_pulls(ctx: Context, repo: str, pr: int) -> list[PullInfo]:
+    """Every PR (open or closed, anyone's) from the revert branch of ``pr``."""
+    branch = revert_branch_name(pr)
+    return [p for p in ctx.gh.list_pulls(repo, head_prefix=branch, state="all")
+            if p.head_ref == branch]
+
+
+def apply_watch(ctx: Context, task: Task, clone: Path, default: str, spec: TaskSpec,
+                merged_pr: int | None, watched: WatchResult | str | None) -> str:
+    """Judge the watch against the PR's claim; on a failure, per ``[bot]
+    on_failed_watch``: open the revert PR (``revert-pr``) and comment on the
+    merged PR with both reports side by side (``revert-pr``, ``comment``)."""
+    from harness.watch import WatchOutcome, judge_watch
+
+    if watched is None or merged_pr is None:
+        return ""
+    if isinstance(watched, str):
+        log.warning("watch of #%s: %s", merged_pr, watched)
+        return f"; watch: {render.inert(watched, one_line=True, max_len=200)}"
+    found = ctx.store.candidate_by_pr(task.repo, merged_pr)
+    claim = verdict_of(found[1]) if found is not None else None
+    finding = judge_watch(claim, watched.verdict, spec.min_gain)
+    log.info("watch of #%s (%s, hidden seed %s): %s %s", merged_pr, watched.merge_sha[:12],
+             watched.hidden_seed, finding.outcome, "; ".join(finding.reasons))
+    if finding.outcome != WatchOutcome.FAILED:  # the job's result records the draw
+        return f"; watch: {finding.outcome} (hidden seed {watched.hidden_seed})"
+    policy = spec.bot.on_failed_watch
+    revert: int | None = None
+    problem = ""
+    if policy == "revert-pr":
+        revert, problem = _open_revert(ctx, task, clone, default, merged_pr, claim, watched,
+                                       finding.reasons)
+    body = render.watch_comment(pr=merged_pr, claim=claim, watched=watched,
+                                reasons=finding.reasons, policy=policy, revert_pr=revert,
+                                revert_problem=problem)
+    replies.reply(ctx, task.repo, merged_pr, body, job=_watch_job(watched.merge_sha), step="report")
+    best_effort(refresh_status, ctx, task.id,
+                note=f"⚠️ #{merged_pr}'s gain did not hold after the merge"
+                + (f": #{revert} reverts it." if revert else "."))
+    return (f"; watch: failed (hidden seed {watched.hidden_seed})"
+            + (f", revert #{revert}" if revert else ""))
+
+
+def _open_revert(ctx: Context, task: Task, clone: Path, default: str, merged_pr: int,
+                 claim: Verdict | None, watched: WatchResult, reasons: tuple[str, ...]
+                 ) -> tuple[int | None, str]:
+    """(the revert PR, "") or (None, why not). Found again by its head before one
+    is opened (one revert PR per merged PR, however often this runs)."""
+    branch = revert_branch_name(merged_pr)
+    pulls = _revert_pulls(ctx, task.repo, merged_pr)
+    pull = next((p for p in pulls if ctx.is_us(p.user)), None)
+    if pull is None and any(p.state == "open" for p in pulls):
+        # someone else's PR uses the branch: never force-push over their work
+        return None, f"`{branch}` is the head of a PR the bot did not open; revert it by hand"
+    if pull is None:
+        if revert_branch(clone, branch, watched.merge_sha, f"origin/{default}") is None:
+            return None, (f"reverting `{render.short_sha(watched.merge_sha)}` conflicts with "
+                          f"`{default}` as it is now: revert it by hand")
+        push(ctx, task, clone, branch)
+        title = ctx.gh.get_pull(task.repo, merged_pr).title
+        try:
+            pull = ctx.gh.create_pull(
+                task.repo, title=render.revert_title(merged_pr, title),
+                body=render.revert_pr_body(pr=merged_pr, claim=claim, watched=watched,
+                                           reasons=reasons),
+                head=branch, base=default, draft=False)
+        except GitHubError as e:
+            if e.status != 422:
+                raise
+            # e.g. someone else's open PR from the same head: ours cannot be opened
+            return None, f"GitHub refused the revert PR from `{branch}`: {e}"
+    ctx.gh.ensure_label(task.repo, render.REVERT_LABEL, color=render.REVERT_LABEL_COLOR,
+                        description=render.REVERT_LABEL_TEXT)
+    ctx.gh.add_labels(task.repo, pull.number, [render.REVERT_LABEL])
+    if task.labeler and not ctx.is_us(task.labeler):
+        best_effort(ctx.gh.request_reviewers, task.repo, pull.number, [task.labeler])
+    return pull.number, ""
+
+
 # ------------------------------------------------------------ on a runner (actions)
 
 
 def on_runner(harness: Any, repo: Path, spec: Any, job: dict[str, Any], *, state_dir: Path,
               default: str, on_event: Callable[[Any], None]) -> dict[str, Any]:
-    ref = job["payload"].get("ref") or f"origin/{default}"
+    p = payload_of(job, RebaselinePayload)
+    ref = p.ref or f"origin/{default}"
     res = harness.rebaseline(repo, spec, ref, state_dir=state_dir, on_event=on_event)
-    return {"rebaseline": res.model_dump(mode="json", by_alias=True)}
+    out = {"rebaseline": res.model_dump(mode="json", by_alias=True)}
+    if p.watch and spec.bot.on_failed_watch != "off":
+        from harness.watch import watch
+
+        try:
+            out["watch"] = watch(repo, spec, ref, state_dir=state_dir, on_event=on_event
+                                 ).model_dump(mode="json", by_alias=True)
+        except (ValueError, OSError) as e:
+            out["watch"] = f"the watch could not run: {str(e)[:300]}"
+    return out
 
 
 def ingest(ctx: Context, task: Task, clone: Path, job: dict[str, Any], result: dict[str, Any], *,
@@ -140,9 +278,32 @@ def ingest(ctx: Context, task: Task, clone: Path, job: dict[str, Any], result: d
         res = RebaselineResult.model_validate(result.get("rebaseline"))
     except ValueError as e:
         raise Permanent(f"the runner's result has no valid rebaseline: {str(e)[:300]}") from None
-    sha = job["payload"].get("ref") or res.bk_sha
+    p = payload_of(job, RebaselinePayload)
+    sha = p.ref or res.bk_sha
     if not isinstance(sha, str) or not commit_of(clone, sha):
         raise Permanent(f"the rebaseline result names an unknown commit {str(sha)[:40]!r}")
     old = {c.n: c.sha for c in ctx.store.candidates(task.id, generation=task.generation)}
-    return apply_rebaseline(ctx, task, clone, sha, job["payload"].get("merged_pr"), res, old,
-                            heads=heads)
+    done = apply_rebaseline(ctx, task, clone, sha, p.merged_pr, res, old, heads=heads)
+    watched = _runner_watch(result.get("watch"), sha)
+    if watched is None:
+        return done
+    default = ctx.gh.default_branch(task.repo)
+    spec = load_spec(ctx, task, clone, default)
+    if not wants_watch(ctx, task, spec, p, sha):
+        return done
+    return done + apply_watch(ctx, task, clone, default, spec, p.merged_pr, watched)
+
+
+def _runner_watch(raw: Any, sha: str) -> WatchResult | str | None:
+    """A runner's watch: valid, and of the merge commit this job names (else dropped)."""
+    from harness.watch import WatchResult
+
+    if raw is None or isinstance(raw, str):
+        return raw
+    try:
+        w = WatchResult.model_validate(raw)
+    except ValueError as e:
+        return f"the runner's watch is not valid: {str(e)[:200]}"
+    if w.merge_sha != sha:
+        return f"the runner's watch measured {w.merge_sha[:12]}, not the merge {sha[:12]}"
+    return w

@@ -9,10 +9,11 @@ from typing import Any
 from bot import checks, render
 from bot.context import Context
 from bot.harness_port import SpecError
+from bot.payloads import ReverifyPayload
 from bot.status import refresh_status
 from bot.store import Candidate, Task
 from bot.tasks.clone import ensure_clone, fetch_branch, fetch_public_branch, head_of, load_spec
-from bot.tasks.common import best_effort, candidate_of, task_of
+from bot.tasks.common import best_effort, candidate_of, payload_of, task_of
 from bot.tasks.publish import post_report
 from bot.vocab import REVERIFIABLE, CandidateState
 from bot.worker import JobRun, Permanent
@@ -22,8 +23,8 @@ from verifier.verdict import Verdict
 def reverify(ctx: Context, run: JobRun) -> str:
     """Judge the PR's head again against the current Bk and B0."""
     task = task_of(ctx, run)
-    p = run.payload
-    cand = candidate_of(ctx, task, p.get("generation", task.generation), p["n"])
+    p = run.args_as(ReverifyPayload)
+    cand = candidate_of(ctx, task, task.generation if p.generation is None else p.generation, p.n)
     if cand.state not in REVERIFIABLE or not cand.pr_number:
         return f"candidate {cand.n} is {cand.state}"
     clone, default = ensure_clone(ctx, task)
@@ -40,7 +41,7 @@ def reverify(ctx: Context, run: JobRun) -> str:
     verdict = ctx.harness.reverify(clone, spec, cand.branch,
                                    state_dir=ctx.harness_dir(task.repo, task.issue,
                                                              task.generation))
-    return apply_reverify(ctx, task, cand, verdict, head, clone, p.get("requested_by"),
+    return apply_reverify(ctx, task, cand, verdict, head, clone, p.requested_by,
                           job_id=run.job.id)
 
 
@@ -73,12 +74,11 @@ def on_runner(harness: Any, repo: Path, spec: Any, job: dict[str, Any], *, state
 
 def ingest(ctx: Context, task: Task, clone: Path, job: dict[str, Any], result: dict[str, Any], *,
            heads: dict[str, str], events: list[Any], job_id: int | None) -> str:
-    cand = candidate_of(ctx, task, job["payload"].get("generation", task.generation),
-                        job["payload"]["n"])
+    p = payload_of(job, ReverifyPayload)
+    cand = candidate_of(ctx, task, task.generation if p.generation is None else p.generation, p.n)
     try:
         verdict = Verdict.model_validate(result.get("verdict"))
     except ValueError as e:
         raise Permanent(f"the runner's result has no valid verdict: {str(e)[:300]}") from None
     head = head_of(clone, cand.branch) or job.get("sha")
-    return apply_reverify(ctx, task, cand, verdict, head, clone, job["payload"].get("requested_by"),
-                          job_id=job_id)
+    return apply_reverify(ctx, task, cand, verdict, head, clone, p.requested_by, job_id=job_id)

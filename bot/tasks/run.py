@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 from bot import checks, render
 from bot.context import Context, harness_task_id
 from bot.harness_port import SpecError
+from bot.payloads import PublishPayload, RunTaskPayload
 from bot.status import refresh_status
-from bot.store import Candidate, Task
+from bot.store import Candidate, Task, stored_verdict
 from bot.tasks.clone import ensure_clone, ledger, load_spec
 from bot.tasks.common import best_effort, task_of
 from bot.vocab import CandidateState, JobKind, TaskState
 from bot.worker import JobRun, Permanent
-from harness.ledger import LedgerRecord
+from harness.ledger import CandidateStatus, LedgerRecord
 from harness.verification import error_verdict
 from verifier.verdict import Verdict
 
@@ -118,7 +119,7 @@ class RunWatcher:
 
 def run_task(ctx: Context, run: JobRun) -> str:
     task = task_of(ctx, run)
-    gen = run.payload["generation"]
+    gen = run.args_as(RunTaskPayload).generation
     if task.generation != gen:
         return "superseded"
     if task.stop:
@@ -185,26 +186,22 @@ def sync_candidates(ctx: Context, task: Task, gen: int, records: list[LedgerReco
     return added
 
 
-def _verdict_of(rec: LedgerRecord) -> dict | None:
-    """The record's verdict as stored (checked: a runner's ledger is untrusted); an
-    agent's error round gets the error verdict the loop gave it."""
-    if rec.verdict:
-        try:
-            Verdict.model_validate(rec.verdict)
-            return rec.verdict
-        except ValueError as e:
-            log.warning("ledger record %s carries no valid verdict: %s", rec.id, str(e)[:300])
-            return None
+def _verdict_of(rec: LedgerRecord) -> Verdict | None:
+    """The record's verdict (checked when the ledger was read: a runner's ledger is
+    untrusted, and ``harness.ledger.load_record`` refuses a verdict that is not
+    one); an agent's error round gets the error verdict the loop gave it."""
+    if rec.verdict is not None:
+        return rec.verdict
     if rec.decision == "error":
-        return error_verdict("agent", rec.reason).model_dump(mode="json", by_alias=True)
+        return error_verdict("agent", rec.reason)
     return None
 
 
 def _record(ctx: Context, task: Task, gen: int, rec: LedgerRecord) -> Candidate:
-    publishable = rec.status == "open" and bool(rec.branch) and bool(rec.sha)
+    publishable = rec.status == CandidateStatus.OPEN and bool(rec.branch) and bool(rec.sha)
     cand = ctx.store.upsert_candidate(
         task.id, rec.candidate, generation=gen, branch=rec.branch or None, sha=rec.sha or None,
-        decision=rec.decision, hypothesis=rec.hypothesis, verdict=_verdict_of(rec),
+        decision=rec.decision, hypothesis=rec.hypothesis, verdict=stored_verdict(_verdict_of(rec)),
         round=rec.round, agent=rec.agent,
         state=CandidateState.PENDING if publishable else CandidateState.NONE)
     if publishable:
@@ -213,8 +210,8 @@ def _record(ctx: Context, task: Task, gen: int, rec: LedgerRecord) -> Candidate:
 
 
 def _enqueue_publish(ctx: Context, task: Task, gen: int, n: int, sha: str | None) -> None:
-    ctx.store.enqueue(JobKind.PUBLISH, {"task_id": task.id, "generation": gen, "n": n},
-                      lane=f"publish:{task.id}", key=f"publish:{task.id}:{gen}:{n}:{sha}")
+    ctx.store.enqueue_job(PublishPayload(task_id=task.id, generation=gen, n=n),
+                          lane=f"publish:{task.id}", key=f"publish:{task.id}:{gen}:{n}:{sha}")
 
 
 def _republish(ctx: Context, task: Task) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from harness.ledger import LedgerRecord
 from harness.spec import TaskSpec
 from verifier.config import BenchmarkConfig, Guard, QualityGuard
+from verifier.qualitykinds import SPECTRAL_MAX_DB
 
 TEMPLATE_FILE = Path(__file__).with_name("task-template.md")
 REPO_TEMPLATE = ".rsi/task-template.md"
@@ -60,6 +61,10 @@ def _quality_line(q: QualityGuard) -> str:
         return (f"- audio files `{q.files}` the same as the baseline's "
                 + (f"(signal-to-noise >= {q.min_snr_db:g} dB)" if q.min_snr_db is not None
                    else "(as repeatable as the baseline's own runs)"))
+    if kind == "spectral":
+        bound = q.max_db if q.max_db is not None else SPECTRAL_MAX_DB
+        return (f"- audio files `{q.files}` sound the same as the baseline's "
+                f"(log-mel spectral distance <= {bound:g} dB)")
     what = f"`{out}`" if out else f"files `{q.files}`"
     return f"- {what} numerically close to the baseline's ({q.dtype or 'per-dtype'} tolerance)"
 
@@ -95,8 +100,7 @@ def _why(r: LedgerRecord) -> str:
     if bad:
         parts.append("guards not passed: " + ", ".join(bad))
     if r.decision == "error":
-        err = r.verdict.get("error") if isinstance(r.verdict, dict) else None
-        stage = str(err.get("stage", "")) if isinstance(err, dict) else ""
+        stage = r.verdict.error.stage if r.verdict.error is not None else ""
         stage = stage if _STAGE.fullmatch(stage) else "unknown"
         parts.append(f"a verifier run failed (stage: {stage}; its message is not quoted here)")
     return _one_line("; ".join(parts) or "no figures")
@@ -175,15 +179,18 @@ def bk_numbers(records: Iterable[LedgerRecord], task_id: str, bk_sha: str) -> st
     """Bk's numbers from the newest verdict of this task that measured Bk
     (as the baseline, or as the accepted candidate that became Bk)."""
     for r in reversed([r for r in records if r.task == task_id and r.verdict]):
-        shas = r.verdict.get("shas") or {}
-        side = "candidate" if shas.get("candidate") == bk_sha else "bk" if shas.get("bk") == bk_sha else None
+        v = r.verdict
+        if v is None:
+            continue
+        side = ("candidate" if v.shas.get("candidate") == bk_sha
+                else "bk" if v.shas.get("bk") == bk_sha else None)
         if side is None:
             continue
-        rows = [f"- `{m.get('name')}` = {_fmt(m.get(side))}{(' ' + m['unit']) if m.get('unit') else ''}"
-                f" ({m.get('direction', '?')} is better; measured by {m.get('source', 'benchmark')})"
-                for m in r.verdict.get("metrics") or [] if isinstance(m, dict) and m.get(side) is not None]
+        rows = [f"- `{m.name}` = {_fmt(value)}{(' ' + m.unit) if m.unit else ''}"
+                f" ({m.direction} is better; measured by {m.source})"
+                for m in v.metrics if (value := (m.candidate if side == "candidate" else m.bk)) is not None]
         if rows:
-            return "\n".join([f"Bk's numbers (verdict on #{r.candidate}, {r.verdict.get('pairs', '?')} pairs):",
+            return "\n".join([f"Bk's numbers (verdict on #{r.candidate}, {v.pairs} pairs):",
                               "", *rows])
     return "No verdict has measured Bk yet: run the benchmark to see its numbers."
 

@@ -17,6 +17,7 @@ from harness.ledger import Ledger, LedgerRecord, Usage
 from harness.loop import run_task
 from harness.spec import AgentSettings, SpecError, build_task, load_task
 from tests.harness.target import CONFIG, FASTER_SETTINGS, commit_all, make_target
+from verifier.verdict import MetricComparison, Verdict
 
 
 def test_aider_report_sums_every_reply_and_reads_its_rounding():
@@ -90,9 +91,10 @@ def test_the_loop_stops_when_the_token_budget_is_spent(tmp_path: Path):
 
 
 def test_bk_numbers_come_from_the_newest_verdict_that_measured_bk():
-    verdict = {"shas": {"bk": "b" * 40, "candidate": "c" * 40}, "pairs": 6,
-               "metrics": [{"name": "throughput", "direction": "higher", "source": "verifier", "bk": 41.25,
-                            "candidate": 50.0, "unit": "req/s"}]}
+    verdict = Verdict(decision="accept", reason="faster", shas={"bk": "b" * 40, "candidate": "c" * 40},
+                      pairs=6, metrics=(MetricComparison(name="throughput", direction="higher",
+                                                         source="verifier", bk=41.25, candidate=50.0,
+                                                         unit="req/s"),))
     rec = LedgerRecord(id="t/1", task="t", round=1, candidate=1, agent="a", decision="accept", verdict=verdict)
     assert "`throughput` = 41.25 req/s (higher is better; measured by verifier)" in bk_numbers([rec], "t", "b" * 40)
     assert "`throughput` = 50 req/s" in bk_numbers([rec], "t", "c" * 40)  # the kept candidate is Bk now

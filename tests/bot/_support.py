@@ -104,3 +104,20 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.05, what: str = 
         if time.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def stored_candidates(*cands: dict[str, Any]) -> list[Any]:
+    """Real ``bot.store.Candidate`` rows, as the store returns them, from keyword
+    sets of ``Store.upsert_candidate`` (``n`` required; a ``verdict`` is a real
+    ``Verdict``, stored as the bot stores it). One in-memory SQLite store."""
+    from bot.store import Store, stored_verdict
+
+    store = Store("sqlite://")
+    task = store.start_task("o/r", 1, labeler="alice", installation_id=None)
+    for c in cands:
+        fields = dict(c)
+        n = fields.pop("n")
+        if "verdict" in fields:
+            fields["verdict"] = stored_verdict(fields["verdict"])
+        store.upsert_candidate(task.id, n, **fields)
+    return store.candidates(task.id)

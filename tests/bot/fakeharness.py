@@ -215,6 +215,16 @@ class FakeHarness(RealHarness):
         self._save(state_dir, st)
         return result
 
+    def watch(self, repo, spec, merge_sha, *, state_dir):
+        """The watch after merge, scripted: the claim of candidate 1 reproduces."""
+        from harness.watch import WatchResult
+
+        self.calls.append(("watch", merge_sha))
+        merge, parent = rev_parse(repo, merge_sha), rev_parse(repo, f"{merge_sha}^1")
+        v = make_verdict("accept", {"bk": parent, "candidate": merge}, gain=0.1)
+        return WatchResult(merge_sha=merge, parent_sha=parent, hidden_seed=1, requests_factor=4,
+                           verdict=v)
+
     def reverify(self, repo, spec, branch, *, state_dir):
         self.calls.append(("reverify", branch))
         st = self._state(state_dir)

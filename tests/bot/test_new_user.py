@@ -96,6 +96,11 @@ def _quick(config: Path) -> None:
     text = config.read_text()
     text = text.replace("require_external = true", "require_external = true\n"
                         "calibration_pairs = 4\nmax_pairs = 12\nfeasibility_power = 0.5")
+    # The candidate does not touch the server's start: its startup ratio is 1.0 plus
+    # this machine's noise, which at 12 pairs under load can put the point over the
+    # default 1.1x bound. A wide startup guard leaves the outcome to the mechanism
+    # under test (2.5x faster -> review), not to the noise.
+    text += '\n[[guards]]\nmetric = "startup_s"\nmax_ratio = 2.0\n'
     config.write_text(text.replace("requests = 16", "requests = 8"))
 
 

@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from bot import render
+from tests.bot._support import stored_candidates
 from verifier.verdict import (
     Fingerprint,
     GuardResult,
@@ -58,13 +59,14 @@ def test_marker_first_line_and_unique_kinds():
 
 
 def test_report_has_the_required_parts():
-    from types import SimpleNamespace
-
-    cands = [SimpleNamespace(n=1, state="open", decision="accept", hypothesis="h", sha="c" * 40,
-                             verdict={"objective": {"gain": 0.12,
-                                                    "gain_ci": {"low": 0.05, "high": 0.2}}}),
-             SimpleNamespace(n=2, state="none", decision="reject", hypothesis="h2", sha="d" * 40,
-                             verdict={"objective": {"gain": -0.03}})]
+    o = verdict().objective
+    cands = stored_candidates(
+        dict(n=1, state="open", decision="accept", hypothesis="h", sha="c" * 40,
+             verdict=verdict(objective=o.model_copy(update={
+                 "gain_ci": Interval(low=0.05, high=0.2)}))),
+        dict(n=2, state="none", decision="reject", hypothesis="h2", sha="d" * 40,
+             verdict=verdict("reject", objective=o.model_copy(update={
+                 "gain": -0.03, "ratio": 0.97, "gain_ci": None, "ratio_ci": None}))))
     text = render.report_comment(verdict(), pr_note="🔁 Re-verified.",
                                  history=render.candidate_history(cands))
     assert text.startswith(render.marker(render.REPORT) + "\n🔁 Re-verified.")
@@ -81,6 +83,19 @@ def test_report_has_the_required_parts():
     assert len(text) < render.COMMENT_LIMIT
 
 
+def test_an_older_verdict_gets_its_gain_interval_from_its_ratio_interval():
+    """A stored verdict with only the ratio interval (older verdicts) charts the
+    gain interval ``harness.report.gain_interval`` makes of it (lower is better:
+    1/ratio - 1, so the bounds swap)."""
+    o = ObjectiveResult(benchmark="tts", metric="latency_s", direction="lower", ratio=0.8,
+                        ratio_ci=Interval(low=0.75, high=0.85), gain=0.25)
+    (point,) = render.candidate_history(stored_candidates(
+        dict(n=1, state="pending", decision="accept", verdict=verdict(objective=o))))
+    assert point.gain == 0.25 and point.status == "open"
+    assert point.gain_low == pytest.approx(1 / 0.85 - 1)
+    assert point.gain_high == pytest.approx(1 / 0.75 - 1)
+
+
 def test_report_with_ledger_records():
     from harness.ledger import LedgerRecord
 
@@ -91,9 +106,13 @@ def test_report_with_ledger_records():
 
 
 def test_report_is_cut_to_the_limit():
-    huge = [{"id": f"x/{i}", "pad": "y" * 3000} for i in range(200)]
+    from harness.ledger import LedgerRecord
+
+    huge = [LedgerRecord.from_verdict(verdict(), id=f"x/{i}", task="x", round=i, candidate=i,
+                                      agent="replay", hypothesis="y" * 3000, status="open")
+            for i in range(1, 401)]
     text = render.report_comment(verdict(), ledger=huge)
-    assert len(text) <= render.COMMENT_LIMIT
+    assert len(text) <= render.COMMENT_LIMIT and "older record(s) left out" in text
     assert text.count("<details>") == text.count("</details>")
 
 
@@ -153,10 +172,9 @@ def test_status_comment():
     assert "- **guard**: latency_p95_s ≤ 1.05x" in summary and "replay, 3 rounds" in summary
     assert "- **quality**: length(transcripts) within ±2%" in summary
 
-    class C:
-        n, decision, pr_number, state, hypothesis = 1, "accept", 7, "open", "cache | speaker"
-
-    text = render.status_comment(state="running", summary=summary, candidates=[C()], budget=3,
+    cands = stored_candidates(dict(n=1, decision="accept", pr_number=7, state="open",
+                                   hypothesis="cache | speaker"))
+    text = render.status_comment(state="running", summary=summary, candidates=cands, budget=3,
                                  rounds_done=1, bk="abcdef1234567", b0="0123456789")
     assert text.startswith(render.marker(render.STATUS))
     assert "running rounds" in text and "Rounds: 1 of 3" in text
@@ -180,8 +198,6 @@ def test_pr_texts_and_replies():
 
 
 def test_check_progress_text_and_task_check():
-    from types import SimpleNamespace
-
     assert render.check_progress_text(phase="measure", round_=2, rounds=5, candidate=2, pairs=6,
                                       runs=12, total=20) == \
         "round 2/5 · candidate 2 · measure · 6 pairs so far (12/20 runs)"
@@ -189,8 +205,8 @@ def test_check_progress_text_and_task_check():
     hostile = render.check_progress_text(phase="@org/team see https://evil.example\n# x",
                                          pairs="9; rm")  # not an int: left out
     assert "@org" not in hostile and "https://evil" not in hostile and "rm" not in hostile
-    cands = [SimpleNamespace(n=1, state="open", decision="accept", pr_number=4),
-             SimpleNamespace(n=2, state="none", decision="reject", pr_number=None)]
+    cands = stored_candidates(dict(n=1, state="open", decision="accept", pr_number=4),
+                              dict(n=2, state="none", decision="reject", pr_number=None))
     done = render.task_check("finished", rounds_done=2, budget=3, candidates=cands)
     assert done["conclusion"] == "success"
     assert done["title"] == "🏁 finished: 2 round(s) of 3, 2 candidate(s), 1 kept"

@@ -34,13 +34,13 @@ def test_the_service_refuses_an_unknown_job_kind(make_bot):
     bot = make_bot(FakeHarness())
     handle = job_handler(bot.ctx)
 
-    class Run:  # what a worker hands the handler
-        job = type("J", (), {"kind": "format_disk", "id": 1, "payload": {}, "attempts": 1,
-                             "lane": None, "delivery_id": None})()
-        payload: dict = {}
+    from bot.store import ClaimedJob
+    from bot.worker import JobRun
 
+    run = JobRun(ClaimedJob(id=1, kind="format_disk", payload={}, attempts=1, max_attempts=8,
+                            lane=None, owner="w1"))  # what a worker hands the handler
     with pytest.raises(Permanent, match="unknown job kind 'format_disk'"):
-        handle(Run())
+        handle(run)
 
 
 class LyingRunner(FakeHarness):
@@ -99,7 +99,7 @@ def test_a_local_run_records_candidates_from_the_ledger(make_bot, fake_github, t
     for k in (1, 2):
         assert (cands[k].decision, cands[k].sha, cands[k].branch) == (
             recs[k].decision, recs[k].sha, recs[k].branch)
-        assert cands[k].verdict == recs[k].verdict
+        assert cands[k].verdict_model == recs[k].verdict is not None
     assert cands[1].state == "open" and cands[2].state == "none"
     assert git(clone, "rev-parse", f"refs/heads/rsi/{n}/1") == cands[1].sha
 

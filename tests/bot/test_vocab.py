@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import get_args
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from bot import render
 from bot.vocab import (
     DECISION_STYLE,
-    LEDGER_STATUS,
+    STORE_STATES,
     TASK_CONCLUSIONS,
     TASK_STATE_WORDS,
     CandidateState,
@@ -24,6 +23,7 @@ from bot.vocab import (
     decision_style,
 )
 from harness.report import EMOJI
+from tests.bot._support import stored_candidates
 from verifier import verdict as verdict_mod
 
 BOT = Path(__file__).resolve().parents[2] / "bot"
@@ -56,7 +56,10 @@ def _assigned_states() -> list[tuple[str, str, str]]:
 def test_every_state_the_bot_assigns_is_a_member_of_its_enum():
     found = _assigned_states()
     assert len({s for _, call, s in found if call == "update_task"}) >= 3  # the scan sees them
+    # the store's candidates take the states of STORE_STATES (``CandidateState`` is the
+    # bot's name for the harness's ``CandidateStatus``)
     members = {call: {f"{enum.__name__}.{m.name}" for m in enum} for call, enum in SETTERS.items()}
+    members["upsert_candidate"] = {f"CandidateState.{m.name}" for m in STORE_STATES}
     bad = [(where, s) for where, call, s in found if s not in members[call]]
     assert bad == []  # no bare strings, and no task state given to a candidate
 
@@ -71,8 +74,15 @@ def test_every_task_state_has_words_and_paused_is_no_longer_raw():
 
 
 def test_every_candidate_state_has_a_ledger_status():
-    assert set(LEDGER_STATUS) == set(CandidateState)
-    assert set(LEDGER_STATUS.values()) <= {"open", "merged", "conflict", "rolled_back"}
+    """One candidate vocabulary, the harness's: the store's states are members
+    of it, and each has the ledger's word (what the report's chart says)."""
+    from harness import ledger, loop
+
+    assert CandidateState is ledger.CandidateStatus and not hasattr(loop, "CandidateState")
+    assert STORE_STATES < set(CandidateState)
+    assert {s: s.ledger_word for s in STORE_STATES} == {
+        "none": "rolled_back", "pending": "open", "open": "open", "conflict": "conflict",
+        "merged": "merged", "closed": "rolled_back"}
 
 
 def test_one_decision_style_with_the_reports_emoji():
@@ -88,8 +98,8 @@ def test_one_decision_style_with_the_reports_emoji():
 @pytest.mark.parametrize("decision", sorted(DECISION_STYLE))
 def test_every_renderer_shows_a_decision_the_same_way(decision):
     style = decision_style(decision)
-    cand = SimpleNamespace(n=1, decision=decision, state="open", pr_number=4, hypothesis="h",
-                           sha="a" * 40, verdict=None)
+    (cand,) = stored_candidates(dict(n=1, decision=decision, state="open", pr_number=4,
+                                     hypothesis="h", sha="a" * 40))
     shown = f"{style.emoji} {style.words}"
     assert f"| 1 | {shown} | h | #4 |" in render.status_comment(state="running", candidates=[cand])
     assert f"- candidate 1: {shown} (#4)" in render.task_check(
@@ -113,7 +123,7 @@ def test_the_readme_draws_every_state_and_job_kind():
 
     tasks, cands = section("Task states"), section("Candidate states")
     jobs = section("Job kinds")
-    for states, text in ((TaskState, tasks), (CandidateState, cands), (JobKind, jobs)):
+    for states, text in ((TaskState, tasks), (STORE_STATES, cands), (JobKind, jobs)):
         missing = [s.value for s in states if f"`{s.value}`" not in text]
         assert missing == []
     assert re.search(r"There is no `superseded` state", tasks)

@@ -1257,6 +1257,25 @@ class FakeGitHub:
         c.reactions.append(x)
         return 201, shapes.reaction(self.url, x.id, x.content, x.user, x.created_at), {}
 
+    @route("GET", "/repos/{owner}/{repo}/labels/{name}")
+    def get_repo_label(self, ctx: Ctx):
+        r = self._repo_for(ctx)
+        if ctx["name"] not in r.labels and ctx["name"] not in r.label_meta:
+            raise not_found()
+        return 200, shapes.label(self.url, r, ctx["name"]), {}
+
+    @route("POST", "/repos/{owner}/{repo}/labels")
+    def create_repo_label(self, ctx: Ctx):
+        r = self._repo_for(ctx, "write")
+        d = ctx.json if isinstance(ctx.json, dict) else {}
+        name = d.get("name")
+        if not isinstance(name, str) or not name:
+            raise ApiError(422, "Validation Failed")
+        if name in r.labels or name in r.label_meta:
+            raise ApiError(422, "Validation Failed: already_exists")
+        r.label_meta[name] = (str(d.get("color") or "ededed"), str(d.get("description") or ""))
+        return 201, shapes.label(self.url, r, name), {}
+
     @route("GET", "/repos/{owner}/{repo}/issues/{number}/labels")
     def list_labels(self, ctx: Ctx):
         r = self._repo_for(ctx)

@@ -85,9 +85,10 @@ def repo(root: str, r: Repo) -> dict[str, Any]:
 
 def label(root: str, r: Repo, name: str) -> dict[str, Any]:
     lid = r.label_id(name)
+    color, description = r.label_meta.get(name, ("ededed", None))
     return {"id": lid, "node_id": node_id("Label", lid),
             "url": f"{root}/repos/{r.full_name}/labels/{name}", "name": name,
-            "color": "ededed", "default": False, "description": None}
+            "color": color, "default": False, "description": description}
 
 
 def reactions_summary(root: str, url: str, counts: dict[str, int]) -> dict[str, Any]:

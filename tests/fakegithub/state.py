@@ -179,6 +179,8 @@ class Repo:
     issues: dict[int, Issue] = field(default_factory=dict)
     comments: dict[int, Comment] = field(default_factory=dict)
     labels: dict[str, int] = field(default_factory=dict)
+    label_meta: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Labels made with POST /repos/{o}/{r}/labels: name -> (color, description)."""
     check_runs: dict[int, CheckRun] = field(default_factory=dict)
     workflow_ids: dict[str, int] = field(default_factory=dict)
     runs: dict[int, WorkflowRun] = field(default_factory=dict)

@@ -147,13 +147,13 @@ def test_an_unknown_agent_kind_is_a_config_error_listing_the_known_ones():
         make_agent(spec, "gpt-9")
 
 
-def test_a_command_agent_without_its_command_is_a_config_error_not_a_runtime_one():
-    """The kind's config model is checked when the config is read: before, the
-    task was accepted and failed when the loop built the agent."""
+def test_a_command_agent_without_its_command_is_a_config_error():
+    """The kind's config model is checked when the config is read, and again
+    when a kind given at run time (``rsi run --agent``) builds the agent."""
     cfg = CONFIG.replace("{python}", "python").replace('kind = "tuner"', 'kind = "command"')
     with pytest.raises(SpecError) as err:
         build_task(cfg, None, "t")
-    assert "[agent]" in str(err.value) and "kind 'command' needs 'command' (a command template" in str(err.value)
+    assert "[agent]: kind 'command' needs 'command', a command template such as 'my-agent --task {task_file}'" in str(err.value)
     spec = build_task(cfg.replace('kind = "command"', 'kind = "command"\ncommand = "my-agent {task_file}"'), None, "t")
     agent = make_agent(spec)
     assert isinstance(agent, CommandAgent) and agent.template == "my-agent {task_file}"

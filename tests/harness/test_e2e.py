@@ -30,7 +30,7 @@ def test_tuner_with_real_verifier_in_process(tmp_path: Path):
     assert c2.hypothesis.startswith("tuner: set delay = 25") and c2.decision == "reject", c2.reason
     assert res.bk_sha == c1.sha
     rec = Ledger(repo).records()[0]
-    assert rec.verdict["decision"] == "accept" and rec.ratio_low > 1.0 and rec.guards
+    assert rec.verdict is not None and rec.verdict.decision == "accept" and rec.ratio_low > 1.0 and rec.guards
     cand = [e for e in events if e.kind == "candidate"][0]
     assert cand.verdict.pairs >= 6 and cand.verdict.shas["candidate"] == c1.sha
     assert any(e.kind == "progress" and e.phase == "measure" for e in events)

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from harness.ledger import LedgerRecord
 from harness.report import (
     MAX_MARKDOWN_CHARS,
     HistoryPoint,
@@ -93,22 +94,30 @@ def make_verdict(decision="accept", *, gain=0.25, gain_vs_b0=0.9, length_change=
     )
 
 
-def make_ledger(n=5):
+def _measured(decision: str, reason: str, b0: float, bk: float, cand: float) -> Verdict:
+    """A verdict that measured the objective (throughput) on the three arms."""
+    return Verdict(decision=decision, reason=reason, benchmark="tts",
+                   objective=ObjectiveResult(benchmark="tts", metric="throughput", direction="higher"),
+                   metrics=(MetricComparison(name="throughput", direction="higher", b0=b0, bk=bk,
+                                             candidate=cand),))
+
+
+def make_ledger(n=5) -> list[LedgerRecord]:
     recs = []
     tp = 4.0
     for i in range(1, n + 1):
         kept = i % 2 == 0
         cand = tp * (1.2 if kept else 0.98)
-        verdict = {"objective": {"metric": "throughput"},
-                   "metrics": [{"name": "throughput", "b0": 4.0, "bk": tp, "candidate": cand}]}
-        recs.append({
-            "id": f"t/{i}", "event": "candidate", "task": "t", "round": i, "candidate": i,
-            "agent": "replay" if i > 2 else "tuner", "hypothesis": f"change number {i}",
-            "sha": f"{i:040d}", "base_sha": "b0" * 20 if i == 1 else "x", "b0_sha": "b0" * 20,
-            "decision": "accept" if kept else "reject", "status": "kept" if kept else "rolled_back",
-            "reason": "ok" if kept else "objective wholly below min_gain", "gain": 0.2 if kept else -0.02,
-            "gain_vs_b0": cand / 4.0 - 1, "objective_metric": "throughput", "verdict": verdict,
-        })
+        decision, reason = ("accept", "ok") if kept else ("reject", "objective wholly below min_gain")
+        recs.append(LedgerRecord(
+            id=f"t/{i}", event="candidate", task="t", round=i, candidate=i,
+            agent="replay" if i > 2 else "tuner", hypothesis=f"change number {i}",
+            sha=f"{i:040d}", base_sha="b0" * 20 if i == 1 else "x", b0_sha="b0" * 20,
+            decision=decision, status="kept" if kept else "rolled_back",
+            reason=reason, gain=0.2 if kept else -0.02,
+            gain_vs_b0=cand / 4.0 - 1, objective_metric="throughput",
+            verdict=_measured(decision, reason, 4.0, tp, cand),
+        ))
         if kept:
             tp = cand
     return recs
@@ -278,10 +287,10 @@ def test_history_from_ledger_follows_kept_candidates():
 
 def test_history_skips_unmeasured_and_reverify():
     recs = make_ledger(2)
-    recs.insert(1, {"id": "t/9", "event": "candidate", "task": "t", "round": 2, "candidate": 9,
-                    "agent": "replay", "decision": "reject", "reason": "edit policy: bench/tts.py is protected",
-                    "status": "rolled_back"})
-    recs.append({**recs[-1], "id": "t/2/reverify/x", "event": "reverify"})
+    recs.insert(1, LedgerRecord(id="t/9", event="candidate", task="t", round=2, candidate=9,
+                                agent="replay", decision="reject",
+                                reason="edit policy: bench/tts.py is protected", status="rolled_back"))
+    recs.append(recs[-1].model_copy(update={"id": "t/2/reverify/x", "event": "reverify"}))
     hist = history_from_ledger(recs)
     assert [h.label for h in hist] == ["B0", "#1", "#9", "#2"]
     assert hist[2].value is None and hist[2].bk == 4.0
@@ -292,7 +301,7 @@ def test_history_skips_unmeasured_and_reverify():
 def test_mermaid_chart_plots_gains_with_intervals_and_status():
     recs = make_ledger(3)
     for r in recs:  # a ratio interval, as the loop records it
-        r["ratio_low"], r["ratio_high"] = 1 + r["gain"] - 0.01, 1 + r["gain"] + 0.01
+        r.ratio_low, r.ratio_high = 1 + r.gain - 0.01, 1 + r.gain + 0.01
     chart = render_mermaid_chart(history_from_ledger(recs), metric="throughput", min_gain=0.03)
     assert chart.startswith("```mermaid\nxychart-beta\n")
     assert 'x-axis ["#1 rolled back", "#2 kept", "#3 rolled back"]' in chart
@@ -310,13 +319,13 @@ def test_chart_agrees_with_the_table_and_never_mixes_sessions():
     the Bk of the same session, and the reported candidate's bar is the table's."""
     recs = []
     for i, (bk, cand, status) in enumerate([(12.97, 13.5, "kept"), (16.9, 16.7, "rolled_back")], 1):
-        recs.append({"id": f"t/{i}", "event": "candidate", "task": "t", "round": i, "candidate": i,
-                     "agent": "tuner", "sha": f"{i:040d}", "decision": "accept" if status == "kept" else "reject",
-                     "status": status, "gain": cand / bk - 1, "objective_metric": "throughput",
-                     "verdict": {"objective": {"metric": "throughput"},
-                                 "metrics": [{"name": "throughput", "b0": 12.97, "bk": bk, "candidate": cand}]}})
+        decision = "accept" if status == "kept" else "reject"
+        recs.append(LedgerRecord(id=f"t/{i}", event="candidate", task="t", round=i, candidate=i,
+                                 agent="tuner", sha=f"{i:040d}", decision=decision,
+                                 status=status, gain=cand / bk - 1, objective_metric="throughput",
+                                 verdict=_measured(decision, "", 12.97, bk, cand)))
     v = make_verdict(gain=0.25)
-    v = v.model_copy(update={"shas": {**SHAS, "candidate": recs[0]["sha"]}})
+    v = v.model_copy(update={"shas": {**SHAS, "candidate": recs[0].sha}})
     md = render_markdown_report(v, ledger=recs)
     chart = md[md.index("```mermaid"):]
     assert "B0" not in chart.split("x-axis")[1].split("\n")[0]  # no absolute B0 bar
@@ -347,7 +356,7 @@ def test_markdown_is_deterministic():
 
 def test_agent_text_is_neutralized():
     recs = make_ledger(1)
-    recs[0]["hypothesis"] = "ping @octocat | <script>alert(1)</script>\nsecond line"
+    recs[0].hypothesis = "ping @octocat | <script>alert(1)</script>\nsecond line"
     md = render_markdown_report(make_verdict(), ledger=recs)
     row = next(line for line in md.splitlines() if line.startswith("| #1 |"))
     assert "@\u2060octocat" in row and "@octocat" not in row
@@ -358,7 +367,7 @@ def test_agent_text_is_neutralized():
 def test_long_ledger_is_cut_with_a_note_and_stays_under_the_limit():
     recs = make_ledger(3000)
     for r in recs:
-        r["reason"] = "x" * 200
+        r.reason = "x" * 200
     md = render_markdown_report(make_verdict(), ledger=recs)
     assert len(md) < MAX_MARKDOWN_CHARS
     m = re.search(r"_(\d+) older record\(s\) left out", md)
@@ -381,17 +390,12 @@ def test_smaller_limit_is_respected():
     assert len(md) < 9000
 
 
-def test_accepts_a_verdict_dict():
-    v = make_verdict()
-    assert render_markdown_report(v.model_dump(mode="json", by_alias=True), ledger=[]) == render_markdown_report(v, ledger=[])
-
-
 # -------------------------------------------------------------------- HTML
 
 
 def test_html_report_is_self_contained():
     recs = make_ledger(4)
-    recs[0]["hypothesis"] = "<img src=x onerror=alert(1)>"
+    recs[0].hypothesis = "<img src=x onerror=alert(1)>"
     page = render_html_report(make_verdict(), ledger=recs, title="tiny-tts demo")
     assert page.startswith("<!DOCTYPE html>")
     assert "<svg" in page and "</svg>" in page
@@ -412,7 +416,7 @@ def test_html_marks_failing_rows():
 
 
 def test_chart_follows_the_newest_task_of_a_shared_ledger():
-    other = [{**r, "id": "o/" + r["id"], "task": "other"} for r in make_ledger(2)]
+    other = [r.model_copy(update={"id": "o/" + r.id, "task": "other"}) for r in make_ledger(2)]
     md = render_markdown_report(make_verdict(), ledger=other + make_ledger(3))
     assert 'x-axis ["#1 rolled back", "#2 kept", "#3 rolled back"]' in md
 
@@ -475,3 +479,13 @@ def test_hostile_link_parts_are_left_out():
     assert "javascript" not in md and "**Links**" not in md
     cmd = reproduce_command(v, links)
     assert "upload-pack" not in cmd and "rm -rf" not in cmd
+
+
+def test_gain_interval_is_the_one_ratio_to_gain_conversion():
+    from harness.report import gain_interval
+
+    lo, hi = gain_interval(Interval(low=0.8, high=0.9), "lower")  # lower is better: 1/r - 1
+    assert lo == pytest.approx(1 / 0.9 - 1) and hi == pytest.approx(1 / 0.8 - 1)
+    assert gain_interval(Interval(low=1.1, high=1.3), "higher") == pytest.approx((0.1, 0.3))
+    assert gain_interval(None, "higher") == (None, None)
+    assert gain_interval(Interval(low=0.0, high=1.2), "lower") == (None, None)  # no 1/0

@@ -461,6 +461,20 @@ def test_a_tighter_waveform_guard_passes_and_the_registry_names_real_fields():
     assert set(QualityGuard.model_fields) - set(QUALITY_FIELDS) == {"files", "dtype", "reference"}
 
 
+SPECTRAL = REPO_CONFIG + "\n[[quality]]\nkind = 'spectral'\nfiles = '*.wav'\n"
+
+
+def test_a_spectral_guard_only_tightens_from_its_default_bound():
+    """Issue 22.3: the repo's spectral guard has no max_db (the default,
+    0.1 dB); a proposal that writes a larger one loosens it and is refused."""
+    errs = errors_of(SPECTRAL, toml_proposal("[[quality]]\nkind = 'spectral'\nfiles = '*.wav'\nmax_db = 5.0"))
+    assert any("raises max_db from 0.1 to 5.0" in e for e in errs), errs
+    spec = build_task(SPECTRAL, toml_proposal(
+        "[[quality]]\nkind = 'spectral'\nfiles = '*.wav'\nmax_db = 0.05"), "t")
+    (sp,) = [q for q in spec.verify.quality if q.kind == "spectral"]
+    assert sp.max_db == 0.05
+
+
 # ------------------------------- every parse failure is a SpecError (issue 18)
 
 DEEP = 5000

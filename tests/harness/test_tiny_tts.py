@@ -103,8 +103,9 @@ def test_config_is_a_serving_task_with_hidden_texts():
     assert spec.verify.objective.metric == "throughput" and spec.verify.objective.min_gain <= 0.10
     assert {g.metric for g in spec.verify.guards} >= {"latency_p95_s", "ttfa_p50_s"}
     kinds = {q.kind: q for q in spec.verify.quality}
-    assert set(kinds) == {"wer", "output_length", "waveform"}
+    assert set(kinds) == {"wer", "output_length", "waveform", "spectral"}
     assert kinds["wer"].output == "transcripts" and kinds["waveform"].files == "*.wav"
+    assert kinds["spectral"].files == "*.wav"
     assert {k.name for k in spec.knobs} == {"threads", "rope_variant"}
     for k in spec.knobs:  # the tuner can find and read every knob
         assert read_knob(EXAMPLE, k) in [str(v) for v in k.values]
@@ -261,6 +262,13 @@ def _snr_db(a: Path, b: Path) -> float:
     return float(10 * np.log10((x ** 2).sum() / max(((x - y) ** 2).sum(), 1e-30)))
 
 
+def _log_mel_db(a: Path, b: Path) -> float:
+    """The spectral guard's distance of ``b`` to ``a`` (dB)."""
+    from verifier.quality import log_mel_distance
+
+    return log_mel_distance(evaluate.read_wav(b), evaluate.read_wav(a), vocab.SAMPLE_RATE)
+
+
 @pytest.mark.torch
 def test_engine_streams_deterministic_tone_pair_audio(monkeypatch):
     monkeypatch.delenv("RSI_KERNEL_ROPE", raising=False)  # the engine sets it: undone after the test
@@ -378,14 +386,18 @@ def test_good_patches_keep_the_audio_and_bad_ones_change_it(tmp_path):
 
     config = VerifyConfig.from_toml((EXAMPLE / ".rsi" / "config.toml").read_text())
     bound = next(q.min_snr_db for q in config.quality if q.kind == "waveform")
+    max_db = next(q.max_db for q in config.quality if q.kind == "spectral")
     for f in sorted(base["wav_dir"].glob("*.wav")):  # float rounding at most: above the guard's bound
         snr = _snr_db(f, good["wav_dir"] / f.name)
         assert snr > bound, (f.name, snr, bound)  # measured 107-110 dB against 90
+        assert _log_mel_db(f, good["wav_dir"] / f.name) < max_db / 10  # measured <= 0.0001 dB vs 0.1
     for p in BAD:
         bad_repo = tmp_path / f"bad-{p.stem[:2]}"
         shutil.copytree(repo, bad_repo)
         assert _apply(bad_repo, p).returncode == 0
         bad = _serve_and_measure(bad_repo, tmp_path)
         assert sum(bad["outputs"]["audio_samples"]) < 0.9 * sum(base["outputs"]["audio_samples"]), p.name
+        worst = max(_log_mel_db(f, bad["wav_dir"] / f.name) for f in sorted(base["wav_dir"].glob("*.wav")))
+        assert worst > 10 * max_db, (p.name, worst)  # measured 12-20 dB: it sounds different
         if p.name.startswith("91"):
             assert corpus_wer(refs, bad["evaluated"]["outputs"]["transcripts"]) > 0.02

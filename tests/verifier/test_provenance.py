@@ -124,7 +124,7 @@ def test_file_quality_guards_are_validated():
     default = VerifyConfig.from_toml(IN_PROCESS + wav.replace("min_snr_db = 40\n", ""))
     assert default.quality[0].label == "waveform(*.wav) SNR >= Bk's repeatability"
     assert "give files" in _errors(IN_PROCESS + '[[quality]]\nkind = "tensor"\n')
-    assert "files is for waveform and tensor" in _errors(
+    assert "files is for the kinds that read output files (waveform, tensor, spectral)" in _errors(
         IN_PROCESS + '[[quality]]\nkind = "wer"\noutput = "t"\nmax = 0.1\nfiles = "*.x"\n'
     )
     assert "give output" in _errors(IN_PROCESS + '[[quality]]\nkind = "wer"\nmax = 0.1\n')

@@ -158,6 +158,9 @@ def request(url: str, text: str, timeout_s: float, ttfa_ms: float = TTFA_MS, sty
         res.error = f"{len(res.pcm)} bytes of audio (expected a positive, even number)"
         return res
     first = first_audio(res.arrivals, ttfa_ms)
+    if first is None:  # audio with no read noted: cannot happen, never a silent zero
+        res.error = "no audio arrived"
+        return res
     res.ttfa_s, res.stall_s = res.arrivals[first][0], stall(res.arrivals, first)
     res.ok = True
     return res
@@ -212,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("RSI_SERVER_URL", "http://127.0.0.1:8000"))
     p.add_argument("--requests", type=int, default=_env_int("RSI_SETTING_REQUESTS", default=24))
-    p.add_argument("--concurrency", type=int, default=_env_int("RSI_SETTING_CONCURRENCY", default=2))
+    p.add_argument("--concurrency", type=int,  # a deployment matrix's cell wins over the fixed setting
+                   default=_env_int("RSI_MATRIX_CONCURRENCY", "RSI_SETTING_CONCURRENCY", default=2))
     p.add_argument("--seed", type=int, default=_env_int("RSI_SEED", "RSI_SETTING_SEED", default=0))
     p.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
     p.add_argument("--ttfa-ms", type=float, default=_env_int("RSI_SETTING_TTFA_MS", default=TTFA_MS),
@@ -222,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.requests < 1:
         p.error("--requests must be at least 1")
+    if not 1 <= args.concurrency <= 256:
+        p.error("--concurrency must be 1 .. 256")
     if args.ttfa_ms <= 0:
         p.error("--ttfa-ms must be positive")
     texts = vocab.prompts(args.requests, args.seed)
