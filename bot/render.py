@@ -32,7 +32,8 @@ from harness.report import (
     render_markdown_report,
 )
 from harness.spec import TaskSpec
-from harness.text import fenced, inert
+from harness.text import fenced as fenced  # re-exported: handlers and tasks use render.inert
+from harness.text import inert as inert
 from verifier.verdict import Verdict
 
 if TYPE_CHECKING:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from bot import render, sticky
 from bot.context import Context
 from bot.store import Task
 
 
-def task_usage(ctx: Context, t: Task) -> dict | None:
+def task_usage(ctx: Context, t: Task) -> dict[str, Any] | None:
     """The ``spent`` and ``budget`` of a task's current run (through the harness
     port), or None: no run yet, or nothing spent and no spending limit."""
     got = ctx.harness.spent(ctx.harness_dir(t.repo, t.issue, t.generation))

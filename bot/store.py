@@ -511,7 +511,9 @@ class Store:
             if row is None:
                 return None
             with self.tx() as s:
-                job_id, kind, payload, attempts, max_attempts, lane = row
+                # the RETURNING columns above, in order
+                job_id, kind, payload, attempts, max_attempts, lane = cast(
+                    tuple[int, str, dict[str, Any] | None, int, int, str | None], tuple(row))
                 if attempts > max_attempts:
                     # Crashed holders spent its attempts: give up on it loudly.
                     s.execute(update(Job).where(Job.id == job_id).values(
@@ -617,6 +619,14 @@ class Store:
     def task(self, task_id: int) -> Task | None:
         with self.tx() as s:
             return s.get(Task, task_id)
+
+    def existing_task(self, task_id: int) -> Task:
+        """The task a job holds the id of (tasks are never deleted); ``LookupError``
+        when there is none."""
+        task = self.task(task_id)
+        if task is None:
+            raise LookupError(f"task {task_id} is not in the store")
+        return task
 
     def find_task(self, repo: str, issue: int) -> Task | None:
         with self.tx() as s:

@@ -467,6 +467,7 @@ class _Loop:
             patch_id=ip.patch_id,
             usage=outcome.usage,
         )
+        verdict: Verdict | None
         if ip.verdict is not None:
             verdict = ip.verdict
             record = LedgerRecord.from_verdict(verdict, **common)

@@ -303,7 +303,7 @@ def _ratio_vs_b0(o: Any) -> float | None:
     """The objective's candidate / B0 ratio (in the metric's own units)."""
     if o.gain_vs_b0 is None or o.gain_vs_b0 <= -1:
         return None
-    return 1 + o.gain_vs_b0 if o.direction == "higher" else 1 / (1 + o.gain_vs_b0)
+    return float(1 + o.gain_vs_b0 if o.direction == "higher" else 1 / (1 + o.gain_vs_b0))
 
 
 def objective_change(verdict: Verdict | None) -> str:

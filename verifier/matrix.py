@@ -65,7 +65,7 @@ class Matrix(BaseModel):
     secondary cell and, optionally, the ``primary`` cell."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
-    __pydantic_extra__: dict[str, list[Value]] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, list[Value]] = Field(init=False)
 
     pairs: int = Field(4, ge=2, le=30)
     """Pairs (ABBA: a multiple of 2 is whole blocks) measured in each cell but

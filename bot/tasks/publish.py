@@ -38,21 +38,24 @@ def publish(ctx: Context, run: JobRun) -> str:
     cand = candidate_of(ctx, task, gen, n)
     verdict = verdict_of(cand)
     clone = ctx.clone_dir(task.repo, task.issue)
+    branch = cand.branch
+    if not branch:
+        raise Permanent(f"candidate {n} has no branch to publish")
     if not cand.pr_number:  # (a retry after the PR was opened skips to the rest)
-        if not head_of(clone, cand.branch):
-            raise Permanent(f"branch {cand.branch} is missing from the task's clone")
-        push(ctx, task, clone, cand.branch)
+        if not head_of(clone, branch):
+            raise Permanent(f"branch {branch} is missing from the task's clone")
+        push(ctx, task, clone, branch)
         default = ctx.gh.default_branch(task.repo)
-        pulls = [p for p in ctx.gh.list_pulls(task.repo, head_prefix=cand.branch)
-                 if p.head_ref == cand.branch]
+        pulls = [p for p in ctx.gh.list_pulls(task.repo, head_prefix=branch)
+                 if p.head_ref == branch]
         pr = pulls[0] if pulls else ctx.gh.create_pull(
             task.repo, title=render.pr_title(task.issue, n, cand.hypothesis),
             body=render.pr_body(issue=task.issue, n=n, hypothesis=cand.hypothesis,
                                 verdict=verdict, labeler=task.labeler),
-            head=cand.branch, base=default, draft=True)
+            head=branch, base=default, draft=True)
         cand = ctx.store.upsert_candidate(task.id, n, generation=gen, pr_number=pr.number,
                                           state=CandidateState.OPEN)
-    if task.labeler and not ctx.is_us(task.labeler):
+    if task.labeler and not ctx.is_us(task.labeler) and cand.pr_number:
         try:
             ctx.gh.request_reviewers(task.repo, cand.pr_number, [task.labeler])
         except GitHubError as e:
@@ -69,6 +72,8 @@ def post_report(ctx: Context, task: Task, cand: Candidate, verdict: Verdict, clo
                 *, note: str = "", job_id: int | None = None) -> None:
     """The PR's sticky report and its completed ``rsi/verifier`` check (the job's
     live check on that commit when there is one, else a new one)."""
+    if cand.pr_number is None:
+        raise ValueError(f"candidate {cand.n} has no PR to report on")
     records = ledger(ctx, clone, task) if clone else []
     links = report_links(ctx, task, cand)
     history = render.candidate_history(ctx.store.candidates(task.id, generation=task.generation))
@@ -77,6 +82,8 @@ def post_report(ctx: Context, task: Task, cand: Candidate, verdict: Verdict, clo
     sticky.upsert(ctx.gh, ctx.store, task.repo, cand.pr_number, render.REPORT, body,
                   login=ctx.login())
     head = verdict.shas.get("candidate") or cand.sha
+    if not head:
+        raise ValueError(f"candidate {cand.n} has no commit to put the check on")
     payload = render.check_run(verdict, note=note, links=links)
     if not checks.finish(ctx, job_id, head_sha=head, **payload):
         checks.complete_once(ctx, task.repo, head_sha=head,

@@ -80,7 +80,7 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
     outcome's new head."""
     by_n = {c.n: c for c in ctx.store.candidates(task.id, generation=task.generation)}
     ctx.store.update_task(task.id, bk_sha=sha)
-    task = ctx.store.task(task.id)
+    task = ctx.store.existing_task(task.id)
     note = render.reverified_note(sha, merged_pr)
     counts: dict[str, int] = {}
     for out in result.candidates:
@@ -101,7 +101,7 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
             _report_conflict(ctx, task, cand, merged_pr, out.reason)
             continue
         new_sha = out.new_sha
-        if new_sha and new_sha != old_shas.get(out.n):
+        if new_sha and new_sha != old_shas.get(out.n) and cand.branch:
             push(ctx, task, clone, cand.branch, lease=old_shas.get(out.n))
         verdict = out.verdict
         if verdict is None:
@@ -111,7 +111,7 @@ def apply_rebaseline(ctx: Context, task: Task, clone: Path, sha: str, merged_pr:
             decision=verdict.decision, state=CandidateState.OPEN,
             verdict=verdict.model_dump(mode="json", by_alias=True))
         post_report(ctx, task, cand, verdict, clone, note=note)
-    t = ctx.store.task(task.id)
+    t = ctx.store.existing_task(task.id)
     more = (not t.stop and t.budget is not None and t.rounds_done < t.budget
             and t.state not in DEAD_ENDS)
     if more:
@@ -135,6 +135,8 @@ def _report_conflict(ctx: Context, task: Task, cand: Candidate, merged_pr: int |
     old = verdict_of(cand)
     body = (render.report_comment(old, pr_note=text) if old
             else render.with_marker(text, render.REPORT))
+    if cand.pr_number is None or not cand.sha:  # only open PRs are re-verified
+        raise ValueError(f"candidate {cand.n} has no PR or commit to report the conflict on")
     sticky.upsert(ctx.gh, ctx.store, task.repo, cand.pr_number, render.REPORT, body,
                   login=ctx.login())
     ctx.gh.create_check_run(task.repo, head_sha=cand.sha, conclusion="neutral",

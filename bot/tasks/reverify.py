@@ -27,9 +27,12 @@ def reverify(ctx: Context, run: JobRun) -> str:
     cand = candidate_of(ctx, task, task.generation if p.generation is None else p.generation, p.n)
     if cand.state not in REVERIFIABLE or not cand.pr_number:
         return f"candidate {cand.n} is {cand.state}"
+    if not cand.branch:
+        raise Permanent(f"candidate {cand.n} has no branch to re-verify")
+    branch = cand.branch
     clone, default = ensure_clone(ctx, task)
     # the PR head may have moved (a maintainer pushed to it): verify what is there
-    head = fetch_branch(ctx, task, clone, cand.branch)
+    head = fetch_branch(ctx, task, clone, branch)
     checks.started(ctx, task, run.job.id, "reverify", head_sha=head, n=cand.n)
     try:
         spec = load_spec(ctx, task, clone, default)
@@ -38,7 +41,7 @@ def reverify(ctx: Context, run: JobRun) -> str:
         checks.fail_job(ctx, run.job.id, "the task's proposal or repo config has errors: "
                                          "see the status comment on the issue")
         return "invalid"
-    verdict = ctx.harness.reverify(clone, spec, cand.branch,
+    verdict = ctx.harness.reverify(clone, spec, branch,
                                    state_dir=ctx.harness_dir(task.repo, task.issue,
                                                              task.generation))
     return apply_reverify(ctx, task, cand, verdict, head, clone, p.requested_by,
@@ -80,5 +83,5 @@ def ingest(ctx: Context, task: Task, clone: Path, job: dict[str, Any], result: d
         verdict = Verdict.model_validate(result.get("verdict"))
     except ValueError as e:
         raise Permanent(f"the runner's result has no valid verdict: {str(e)[:300]}") from None
-    head = head_of(clone, cand.branch) or job.get("sha")
+    head = (head_of(clone, cand.branch) if cand.branch else None) or job.get("sha")
     return apply_reverify(ctx, task, cand, verdict, head, clone, p.requested_by, job_id=job_id)

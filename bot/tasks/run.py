@@ -81,7 +81,7 @@ class RunWatcher:
         if isinstance(ev, (Progress, RoundStarted, BaselineMeasured)):
             self._progress(ev)
         if isinstance(ev, BaselineMeasured):
-            t = ctx.store.task(task.id)
+            t = ctx.store.existing_task(task.id)
             ctx.store.update_task(task.id, generation=gen, state=TaskState.RUNNING,
                                   b0_sha=t.b0_sha or ev.sha, bk_sha=t.bk_sha or ev.sha)
         elif isinstance(ev, RoundStarted):
@@ -108,7 +108,7 @@ class RunWatcher:
                 self.note = f"Paused: {render.inert(reason, max_len=2000)}. `/rsi resume` continues."
         else:
             state = TaskState.FINISHED
-        t = ctx.store.task(task.id)
+        t = ctx.store.existing_task(task.id)
         if t.stop and state == TaskState.FINISHED and t.budget and t.rounds_done < t.budget:
             state = TaskState.STOPPED
         ctx.store.update_task(task.id, generation=gen, state=state)
@@ -152,7 +152,7 @@ def run_task(ctx: Context, run: JobRun) -> str:
     result = ctx.harness.run_task(clone, spec, state_dir=ctx.harness_dir(task.repo, task.issue, gen),
                                   keep="propose", rounds=task.budget, should_stop=should_stop,
                                   on_event=watcher)
-    t = ctx.store.task(task.id)
+    t = ctx.store.existing_task(task.id)
     if t.generation != gen:
         return "superseded"
     if run.cancelled():
