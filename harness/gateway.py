@@ -356,7 +356,7 @@ class Gateway:
 
     def _start(self) -> GatewayInfo:
         from harness import containers
-        from harness.agents.hostlibs import lib_mounts
+        from harness.hostlibs import lib_mounts
 
         src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         volumes = {m.source: {"bind": m.target, "mode": "ro"} for m in containers.python_mounts()}

@@ -12,7 +12,9 @@ source with :mod:`ast`, nothing is imported:
   ``from harness import sandbox`` is ``harness.sandbox`` (a module),
   ``from harness.egress import discard`` is ``harness.egress`` (a name in it),
   relative imports are resolved against the importing module's package;
-* a package's ``__init__.py`` is the node of the package's name.
+* a package's ``__init__.py`` is the node of the package's name, and importing
+  ``a.b.c`` also depends on the packages above it (``a.b``: their ``__init__``
+  runs first), except those the importer is inside (already loaded);
 
 :func:`cycles` returns each strongly connected component of more than one
 module (or a module that imports itself), with one concrete circle through it
@@ -104,6 +106,19 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
     return out
 
 
+def _parents(targets: set[str], importer: str, known: Mapping[str, Path]) -> set[str]:
+    """The packages above ``targets`` whose ``__init__`` importing them runs:
+    those ``importer`` is not inside (its own are loaded already)."""
+    out: set[str] = set()
+    for target in targets:
+        parts = target.split(".")
+        for n in range(1, len(parts)):
+            pkg = ".".join(parts[:n])
+            if pkg in known and not (importer == pkg or importer.startswith(pkg + ".")):
+                out.add(pkg)
+    return out
+
+
 def import_graph(packages: Iterable[str], root: Path = ROOT) -> Graph:
     """Module -> the modules of ``packages`` it imports (anywhere in its code)."""
     known = modules(packages, root)
@@ -114,7 +129,7 @@ def import_graph(packages: Iterable[str], root: Path = ROOT) -> Graph:
         deps: set[str] = set()
         for node in _imports(tree):
             deps |= _targets(node, name, is_package, known)
-        graph[name] = deps
+        graph[name] = deps | _parents(deps, name, known)
     return graph
 
 

@@ -51,3 +51,12 @@ def test_the_helper_names_one_circle_per_tangle(tmp_path):
     found = cycles(import_graph(["pkg"], root=tmp_path))
     assert found == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"], ["pkg.d", "pkg.d"]]
     assert describe(found) == "pkg.a -> pkg.b -> pkg.c -> pkg.a\npkg.d -> pkg.d"
+
+
+def test_the_helper_counts_the_packages_above_an_import(tmp_path):
+    """``from pkg.sub.leaf import f`` runs ``pkg/sub/__init__.py`` first: a circle
+    through that ``__init__`` is a circle (the importer's own packages are not)."""
+    _package(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "def f():\n    from pkg.sub.leaf import g\n",
+                        "pkg/sub/__init__.py": "from pkg.sub import b\n", "pkg/sub/leaf.py": "g = 1\n",
+                        "pkg/sub/b.py": "from pkg.a import f\n"})
+    assert cycles(import_graph(["pkg"], root=tmp_path)) == [["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]]

@@ -53,9 +53,9 @@ from pathlib import Path
 
 from harness import leaks, sandbox
 from harness.agents.base import AgentContext, AgentOutcome, UnsafeFile, read_agent_file
-from harness.agents.hostlibs import lib_mounts
 from harness.agents.usage import read_usage
 from harness.gateway import GatewayRoute
+from harness.hostlibs import lib_mounts
 from harness.leaks import SECRET_NAME, host_secrets
 from harness.ledger import Usage
 from harness.sections import RunnerProfile

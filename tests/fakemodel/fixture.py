@@ -17,12 +17,13 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from harness import sandbox
-from harness.agents.hostlibs import lib_mounts
 from harness.egress import discard
+from harness.hostlibs import lib_mounts
 
 HOST = "model.rsi.test"
 PORT = 8000
@@ -37,9 +38,9 @@ class FakeModel:
         self.scripts = scripts
         self.api_key = api_key
         self.image = image or sandbox.RunnerProfile().image
-        self.client = None
-        self.network = None
-        self.container = None
+        self.client: Any = None  # docker SDK objects (untyped)
+        self.network: Any = None
+        self.container: Any = None
         self.dir: str | None = None
         self.address = ""
 
