@@ -54,7 +54,7 @@ def test_replay_with_real_verifier_in_containers(tmp_path: Path):
     assert fast.decision == "accept", fast.reason
     assert any(e.kind == "progress" and e.phase == "container" and e.candidate == 2 for e in events)
     v = recs[1].verdict
-    assert v["fingerprint"]["cpu_count"] >= 1
+    assert v is not None and v.fingerprint is not None and v.fingerprint.cpu_count >= 1
 
 
 @pytest.mark.docker
