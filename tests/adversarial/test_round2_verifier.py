@@ -161,8 +161,13 @@ def test_lower_precision_riding_on_a_real_speedup_is_rejected_and_visible(tmp_pa
                                  "reason": reason, "seconds": "0", "result": "?"}  # fmt: skip
     assert look.decision == "accept"  # the speedup is real: only the audio stops it
     assert decision == "reject" and "waveform(*.wav)" in reason and "dB" in reason, reason
-    (line,) = changes
+    # both audio guards of the shipped config say the sound changed: the waveform's
+    # SNR and the spectral (log-mel) distance
+    (line,) = [c for c in changes if "dB SNR" in c]
+    (mel,) = [c for c in changes if "log-mel" in c]
+    assert len(changes) == 2, changes
     assert re.match(r"Audio changed: 4\d\.\d dB SNR vs Bk", line), line
+    assert re.match(r"Audio changed: \d+\.\d\d dB log-mel distance vs Bk", mel), mel
     # and the report says so, next to the guard that failed
     from harness.report import render_markdown_report
     from verifier.verdict import Verdict
@@ -171,4 +176,4 @@ def test_lower_precision_riding_on_a_real_speedup_is_rejected_and_visible(tmp_pa
         Verdict(decision=decision, reason=reason, benchmark="tts", guards=tuple(guards),
                 tradeoffs=tuple(changes), pairs=pairs, runs=2 * pairs)
     )  # fmt: skip
-    assert "**Tradeoffs**" in text and line.split(" (")[0] in text
+    assert "**Tradeoffs**" in text and line.split(" (")[0] in text and mel.split(" (")[0] in text
