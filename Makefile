@@ -75,9 +75,9 @@ COV_ARGS = $(if $(strip $(PYTEST_ARGS)),,--cov --cov-report=term)
 
 # exit status 5 (no test collected: PYTEST_ARGS selected none in that half) is not a failure
 test: venv typecheck
-	$(PY) -m pytest $(PYTEST_ARGS) -m "not serial" -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/adversarial $(COV_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest $(PYTEST_ARGS) -m serial --ignore=tests/adversarial || [ $$? -eq 5 ]
-	$(PY) -m pytest $(PYTEST_ARGS) -n $(ADV_WORKERS) --dist loadgroup tests/adversarial || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) --durations=15 -m "not serial" -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/adversarial $(COV_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) --durations=25 -m serial --ignore=tests/adversarial || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) --durations=15 -n $(ADV_WORKERS) --dist loadgroup tests/adversarial || [ $$? -eq 5 ]
 
 demo: venv docker-image
 	$(PY) -m harness.demo $(if $(NEIGHBOUR),--neighbour)

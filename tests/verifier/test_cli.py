@@ -31,9 +31,14 @@ def test_faster_candidate_accepted(target_repo, tmp_path):
     assert v.decision == "accept", v.reason
     assert "ACCEPT" in res.output and "guards" in res.output and "loop_cpu_s" in res.output
     o = v.objective
-    assert (
-        o.direction == "lower" and 0.3 < o.gain < 1.0 and o.ratio_ci.high < 1 and o.p_value < 0.01
-    )
+    # decided by the rule, not by a margin on this machine's timing: the candidate
+    # does 0.75x the work (+33%, far inside min_gain 5% and the 2x review line);
+    # an accept means the interval's low end cleared 0 and the point reached
+    # min_gain (noise moved the point from +33% to +26% on a CI run: never
+    # assert the point against a margin of its own)
+    assert o.direction == "lower" and o.ratio_ci.high < 1 and o.gain_ci.low > 0
+    assert o.gain >= o.min_gain
+    assert o.gain_ci.low <= o.gain <= o.gain_ci.high and o.p_value < 0.01
     assert v.pairs in (8, 12, 16) and v.runs == 2 * (1 + v.pairs)  # 1 warm-up per arm + the pairs
     assert v.shas["bk"] == git(target_repo, "rev-parse", "main")
     assert v.shas["candidate"] == git(target_repo, "rev-parse", "fast")
