@@ -4,8 +4,9 @@ Every docker case runs the real loop (``harness.loop.run_task``) on a target
 repo made by :func:`targetrepo.make_target_repo`, with the real agents
 (``replay`` for patch cheats, ``command`` for agent-side cheats) and the
 default verification backend (``harness.verification.make_backend("sandbox")``).
-B0 is calibrated at the start of every case, as every task does
-(:class:`RetriedCalibration`); every verification is measured afresh.
+B0 is calibrated once per mode in each xdist worker and shared by that
+worker's cases of the mode (:class:`RetriedCalibration`); every verification
+is measured afresh.
 
 The cases run in parallel (``pytest -n 3``, pytest-xdist; ``make test`` does
 it): the target's wall time is mostly waits, which do not stretch with CPU
@@ -51,13 +52,19 @@ def record_row(request, row: dict[str, str]) -> None:
 
 
 class RetriedCalibration:
-    """The real backend, with B0's calibration measured at the start of each
-    case (as every task measures its own B0) and retried when refused.
+    """The real backend, with B0's calibration measured once per mode (on the
+    first case of the mode in this worker), retried when refused, and shared by
+    the worker's later cases of that mode.
 
-    One calibration per mode, reused for ten minutes of cases, went stale: a
-    noisy spell later left the test's prior narrower than the noise, and a cheat
-    with no gain was once accepted after 4 pairs (cpu_s, +38%). ``fresh()``
-    drops it before each case."""
+    Sharing is sound because the verifier does not trust a calibration it has
+    not checked: from 6 pairs on, every look compares the noise its own pairs
+    show with the calibration's and sets a stale spread aside (the verdict
+    warns "noisier than at calibration"), and no look before 6 pairs decides.
+    Before that check, one calibration per mode went stale over ten minutes of
+    cases and a cheat with no gain was accepted after 4 pairs (cpu_s, +38%);
+    the suite then calibrated before every case, which hid the mechanism and
+    cost 16 container runs a case. ``tests/verifier/test_noise_blackbox.py``
+    holds the mechanism (a calibration 4x too quiet never accepts)."""
 
     def __init__(self, inner: Any):
         self.inner = inner
@@ -68,9 +75,6 @@ class RetriedCalibration:
     #: defences, and one noisy moment of a shared 2-core machine (another
     #: process starting) must not refuse a whole mode's cases
     ATTEMPTS = 4
-
-    def fresh(self) -> None:
-        self.calibration = None
 
     def calibrate(self, ref, spec, **kw):
         from harness.verification import calibration_ok
@@ -158,7 +162,6 @@ def run_case(adversarial, tmp_path: Path, request):
 
     def run(case: Case, agent: Any) -> CaseRun:
         repo, backend = adversarial(case.mode)
-        backend.fresh()
         spec = load_task(repo, None, f"adv-{case.name}")
         events: list = []
         t0 = time.monotonic()
