@@ -35,7 +35,7 @@ interim interval, at the last look the point estimate decides what the
 interval leaves open. The p99-of-16-requests rows show why the default tail
 guard is p95: no rule can judge a bound of 1.05 on it 95/95.
 
-Usage: python benchmarks/verifier_quality.py [--trials-aa 2000] [--trials 500]
+Usage: python benchmarks/verifier_quality.py [--trials-aa 2000] [--trials 2000]
        [--guard-trials 40] [--only objective|guards] [--quick]
 """
 
@@ -352,7 +352,7 @@ def print_guards(rows: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials-aa", type=int, default=2000)
-    ap.add_argument("--trials", type=int, default=500)
+    ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--guard-trials", type=int, default=40)
     ap.add_argument("--quick", action="store_true", help="200 / 100 / 50 trials")
     ap.add_argument("--only", choices=("objective", "guards"), default=None)
