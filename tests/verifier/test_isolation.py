@@ -256,6 +256,22 @@ def test_spec_file_and_cli_choices(tmp_path):
     assert simple.base_kwargs["mem_limit"] == 2 << 30
 
 
+def test_a_venv_reached_through_a_link_is_mounted_at_the_links_path_too(tmp_path, monkeypatch):
+    """CI keeps the venv in its cache and links ``.venv`` to it: commands name
+    the interpreter by the link's path, which must exist in the container."""
+    real = tmp_path / "cache" / "venvs" / "k1"
+    (real / "bin").mkdir(parents=True)
+    link = tmp_path / "clone" / ".venv"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    monkeypatch.setattr(sys, "prefix", str(link))
+    vols = IsolationSpec.simple("img").base_kwargs["volumes"]
+    assert vols[str(real.resolve())] == {"bind": str(real.resolve()), "mode": "ro"}
+    assert vols[str(link)] == {"bind": str(link), "mode": "ro"}
+    monkeypatch.setattr(sys, "prefix", str(real))  # no link: one mount, at its own path
+    assert str(link) not in IsolationSpec.simple("img").base_kwargs["volumes"]
+
+
 # ---- process isolation (fast) ----------------------------------------------------------
 
 
