@@ -25,11 +25,15 @@ assert NO_DEFAULT_GUARDS != CONFIG
 def test_b0_arm_and_quality_guards(checkout):
     extra = '\n[[quality]]\nkind = "wer"\noutput = "texts"\nmax = 0.0\n'
     base, b0 = checkout("base"), checkout("b0", work=int(BASE_WORK * 1.1))
+    # an A/A calibration with this machine's usual spread (3%); a 30% one (as
+    # this test had) is pooled into every look and, on a noisy spell (34%
+    # measured on a CI run), left a real +33% undecided at the cap
     cal = Calibration.from_log_ratios(
-        [0.3, -0.3, 0.25, -0.25, 0.3, -0.3], max_pairs=16, fingerprint=collect()
+        [0.03, -0.03, 0.025, -0.025, 0.03, -0.03], max_pairs=16, fingerprint=collect()
     )
+    # 0.68x the work: +47%, as far (in log) from min_gain 5% as from the 2x review line
     v = verify(
-        base, checkout("cand", work=int(BASE_WORK * 0.75)), _cfg(extra, NO_DEFAULT_GUARDS), b0=b0,
+        base, checkout("cand", work=int(BASE_WORK * 0.68)), _cfg(extra, NO_DEFAULT_GUARDS), b0=b0,
         calibration=cal,
     )
     assert v.decision == "accept", v.reason
@@ -37,7 +41,7 @@ def test_b0_arm_and_quality_guards(checkout):
     assert 0 <= v.objective.noise_margin <= cal.noise_margin + 1e-12
     assert not any("no calibration" in w for w in v.warnings)
     assert {g.against for g in v.guards if g.kind == "wer"} == {"bk", "b0"}
-    # B0 does 1.1x the work, the candidate 0.75x: clearly better vs B0 too (the
+    # B0 does 1.1x the work, the candidate 0.68x: clearly better vs B0 too (the
     # comparison of the two gains would be a timed assertion on a shared machine)
     assert v.objective.gain_vs_b0 is not None and v.objective.gain_vs_b0 > 0.1
     assert v.runs == 3 * (1 + v.pairs)  # three arms, 1 warm-up each
