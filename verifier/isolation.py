@@ -634,9 +634,9 @@ class IsolationSpec(BaseModel):
         # name ``sys.executable`` by the link's path, so the venv is also
         # mounted there (Docker binds a link's target)
         for raw in (Path(sys.base_prefix), Path(sys.prefix)):
-            if raw.is_absolute() and raw.exists() and raw != raw.resolve():
-                if not any(raw.is_relative_to(r) for r in roots):
-                    kw["volumes"][str(raw)] = {"bind": str(raw), "mode": "ro"}
+            linked = raw.is_absolute() and raw.exists() and raw != raw.resolve()
+            if linked and not any(raw.is_relative_to(r) for r in roots):
+                kw["volumes"][str(raw)] = {"bind": str(raw), "mode": "ro"}
         kw["environment"]["PATH"] = ":".join(
             [f"{sys.prefix}/bin", f"{sys.base_prefix}/bin", "/usr/local/bin:/usr/bin:/bin"]
         )
