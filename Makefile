@@ -5,14 +5,15 @@
 #                      pyproject.toml; strict on the seams); `make test` runs it first
 #   make test          the whole test suite (Docker tests need the engine:
 #                      run scripts/setup-docker.sh, or .ci/run which does it):
-#                      every directory but tests/adversarial: the tests not
-#                      marked serial with TEST_WORKERS pytest-xdist workers (under
+#                      in three parts (the markers: tests/conftest.py): the tests
+#                      not marked serial with TEST_WORKERS pytest-xdist workers (under
 #                      coverage, with a floor: [tool.coverage] in pyproject.toml), then
-#                      the serial ones (decisions on measured time, Docker: see
-#                      tests/conftest.py) one at a time; then tests/adversarial
-#                      with ADV_WORKERS workers (its cases wait more than they
-#                      compute: see tests/adversarial/README.md). PYTEST_ARGS go
-#                      to all three (for one file or -k, run .venv/bin/python -m pytest).
+#                      the serial ones (decisions on measured time, Docker) one at a
+#                      time; then the parallel_docker ones (tests/adversarial and the
+#                      Docker files whose outcomes rest on no measured time) with
+#                      ADV_WORKERS workers (they wait more than they compute: see
+#                      tests/adversarial/README.md). PYTEST_ARGS go to all three
+#                      (for one file or -k, run .venv/bin/python -m pytest).
 #   make demo          the main job: the loop on examples/tiny-tts
 #                      (NEIGHBOUR=1: with a background process keeping one core 50% busy)
 #   make bench         the benchmark tables (verifier quality, harness
@@ -75,9 +76,9 @@ COV_ARGS = $(if $(strip $(PYTEST_ARGS)),,--cov --cov-report=term)
 
 # exit status 5 (no test collected: PYTEST_ARGS selected none in that half) is not a failure
 test: venv typecheck
-	$(PY) -m pytest $(PYTEST_ARGS) --durations=15 -m "not serial" -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/adversarial $(COV_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest $(PYTEST_ARGS) --durations=25 -m serial --ignore=tests/adversarial || [ $$? -eq 5 ]
-	$(PY) -m pytest $(PYTEST_ARGS) --durations=15 -n $(ADV_WORKERS) --dist loadgroup tests/adversarial || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) --durations=15 -m "not serial and not parallel_docker" -n $(TEST_WORKERS) --dist loadgroup $(COV_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) --durations=25 -m "serial and not parallel_docker" || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) --durations=15 -m parallel_docker -n $(ADV_WORKERS) --dist loadgroup || [ $$? -eq 5 ]
 
 demo: venv docker-image
 	$(PY) -m harness.demo $(if $(NEIGHBOUR),--neighbour)

@@ -86,6 +86,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # CPU a parallel neighbour takes would move it) and to every Docker test (the
 # base image's containers, images and ports are not all named per worker).
 # PostgreSQL tests share one database: one xdist group, one worker.
+#
+# A third part runs Docker tests in parallel, under ``parallel_docker``: the
+# adversarial suite (tests/adversarial/README.md) and the files below. A file
+# joins only when no outcome in it rests on how fast the machine is (its
+# targets are sleep-bound, its gains far inside min_gain and 2x, its errors
+# asserted by their reason) and everything its tests create or check (
+# containers, networks, host paths, processes) is named per test: never a
+# check over all of the engine's containers, which another worker's would fail.
+PARALLEL_DOCKER_FILES = frozenset(
+    {
+        # real agents against a sleep-bound target: +47% against min_gain 20%;
+        # the fake model, its network and each round's containers named per test
+        "tests/agents/test_real_agents.py",
+    }
+)
 SERIAL_FILES = frozenset(
     {
         # real verifications with process isolation: decisions on measured time
@@ -116,8 +131,9 @@ SERIAL_FILES = frozenset(
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         rel = Path(str(item.fspath)).resolve().relative_to(REPO_ROOT).as_posix()
-        if rel.startswith("tests/adversarial/"):
-            continue  # its own xdist run (make test's second half)
+        if rel.startswith("tests/adversarial/") or rel in PARALLEL_DOCKER_FILES:
+            item.add_marker(pytest.mark.parallel_docker)  # make test's third part
+            continue
         if item.get_closest_marker("docker") is not None or rel in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
         if item.get_closest_marker("postgres") is not None:

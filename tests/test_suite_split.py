@@ -44,3 +44,21 @@ def test_timing_and_docker_tests_run_alone():
                    "-m", "not serial", "--co", "-q")
     ids = {ln.split("::")[0] for ln in rest.splitlines() if "::" in ln}
     assert ids == {"tests/verifier/test_stats.py"}, rest[-2000:]
+
+
+def test_docker_tests_that_rest_on_no_measured_time_run_with_the_adversarial_suite():
+    """`-m parallel_docker` (make test's third part, in parallel) takes the
+    adversarial suite and the real-agent tests, and neither of the other two
+    parts takes them: every test runs in exactly one part."""
+    files = ("tests/agents/test_real_agents.py", "tests/adversarial/test_target.py",
+             "tests/harness/test_sandbox.py", "tests/verifier/test_stats.py")
+
+    def ids(marker: str) -> set[str]:
+        out = _pytest(*files, "-m", marker, "--co", "-q")
+        return {ln.split("::")[0] for ln in out.splitlines() if "::" in ln}
+
+    assert ids("parallel_docker") == {"tests/agents/test_real_agents.py", "tests/adversarial/test_target.py"}
+    assert ids("serial and not parallel_docker") == {"tests/harness/test_sandbox.py"}
+    # test_sandbox.py: its Docker tests run alone, the rest in the first part
+    assert ids("not serial and not parallel_docker") == {"tests/harness/test_sandbox.py",
+                                                         "tests/verifier/test_stats.py"}

@@ -49,9 +49,11 @@ from .isolation import Isolation, resolve_cpus
 from .measure import Progress, Session, hidden_env
 from .noise import NoiseReading, classify, machine_probe
 from .stats import (
+    POOL_MIN_PAIRS,
     Design,
     check_spread,
     huber_location,
+    level_screen,
     level_spread,
     log_ratios,
     robust_location,
@@ -117,7 +119,20 @@ class Calibration(BaseModel):
         if d.size < 2:
             raise ValueError("calibration needs at least 2 A/A pairs")
         loc = huber_location(d)
-        sd = robust_location(d).scale  # the same spread the judge's own looks use
+        lv = None if levels is None else np.asarray(levels, dtype=float)
+        level_sd = level_spread(lv) if lv is not None and lv.size >= 4 else 0.0
+        # the judge's looks set aside pairs whose level shows a slowed run
+        # (``level_screen``) before they measure a spread: so does the
+        # calibration, and its level spread is the kept pairs' (like with like)
+        keep = np.ones(d.size, dtype=bool)
+        if level_sd and lv is not None and lv.size == d.size:
+            keep = level_screen(lv, level_sd)
+        if keep.sum() < POOL_MIN_PAIRS:
+            keep[:] = True
+        kept = d[keep]
+        if level_sd and lv is not None and lv.size == d.size:
+            level_sd = level_spread(lv[keep])
+        sd = robust_location(kept).scale  # the same spread the judge's own looks use
         offset = abs(loc.point)
         bias = offset if loc.se > 0 and offset > BIAS_T * loc.se else 0.0
         if bias:
@@ -138,8 +153,8 @@ class Calibration(BaseModel):
             floor=floor,
             alpha=alpha,
             per_pair_sd=sd,
-            check_sd=check_spread(d),
-            level_sd=level_spread(levels) if levels is not None and len(levels) >= 4 else 0.0,
+            check_sd=check_spread(kept),
+            level_sd=level_sd,
             aa_gain=math.expm1(offset),
             bias=bias,
             spread=math.expm1(sd / math.sqrt(max_pairs)),

@@ -373,7 +373,7 @@ class VerifierSettings(_Model):
     """Bootstrap resamples (at least 10,000)."""
     alpha: float = Field(0.01, gt=0, lt=0.5)
     """Overall one-sided false-accept rate of the objective's sequential test."""
-    spending_gamma: float = Field(-2.0, ge=-8, le=4)
+    spending_gamma: float = Field(-2.5, ge=-8, le=4)
     """Hwang-Shih-DeCani alpha spending: 1 ~ Pocock (stops early), -4 ~ O'Brien-Fleming."""
     level: float = Field(0.95, gt=0.5, lt=1)
     """Confidence level of the descriptive intervals (metrics table)."""

@@ -643,6 +643,12 @@ def _conclude(
     v = plan.config.verifier
     if found.look.noise.stale:
         warnings.append(found.look.noise.note())
+    if found.look.screened:
+        warnings.append(
+            f"{found.look.screened} of {found.look.n} pairs set aside: their level (the sum of "
+            "the pair's two runs) lay far from the other pairs' (a run slowed or sped up by "
+            "something else); the objective was judged without them"
+        )
     too_noisy = _calibration_too_noisy(plan)
     if too_noisy:
         warnings.append(too_noisy)

@@ -16,6 +16,8 @@ from verifier.stats import (
     clustered_percentile_ci,
     huber_location,
     judge_objective,
+    level_screen,
+    level_spread,
     log_ratios,
     percentile_ratio_ci,
     run_sequential,
@@ -264,3 +266,64 @@ def test_robust_location_sets_outliers_aside_and_falls_back_under_heavy_tails():
     heavy = d.copy()
     heavy[:6] = [-0.3, 0.4, -0.5, 0.3, -0.35, 0.45]  # 30% far out: not rare outliers
     assert robust_location(heavy) == huber_location(heavy)
+
+
+def _abba(rng, n: int, gain: float, sigma: float, slowed: dict[tuple[int, str], float]):
+    """n pairs (gains log(b/c), levels log(b*c)) of lognormal runs; ``slowed``
+    maps (pair, arm) to a factor that run is slowed by."""
+    b = rng.normal(0.0, sigma, n)
+    c = rng.normal(-math.log1p(gain), sigma, n)
+    for (i, arm), f in slowed.items():
+        if arm == "b":
+            b[i] += math.log(f)
+        else:
+            c[i] += math.log(f)
+    return b - c, b + c
+
+
+def test_level_screen_sets_aside_a_slowed_run_by_its_level_not_by_its_gain():
+    rng = np.random.default_rng(21)
+    g, lv = _abba(rng, 20, 0.0, 0.03, {(7, "c"): 1.25})
+    sd = 0.03 * math.sqrt(2)
+    keep = level_screen(lv, sd)
+    assert not keep[7] and keep.sum() >= 18  # the slowed run's pair (and at most the cap)
+    # a gain far from the others with an ordinary level: the screen leaves it
+    # (setting pairs aside on their gain is the location's skipping, not this)
+    g2, lv2 = g.copy(), lv.copy()
+    g2[3], lv2[3] = 0.5, float(np.median(lv))
+    assert level_screen(lv2, sd)[3]
+    # at most max(1, 10%) of the pairs, the furthest first: a candidate that
+    # makes many of its runs wild cannot hide them all
+    wild = {(i, "c"): 2.0 for i in range(0, 20, 2)}
+    g3, lv3 = _abba(rng, 20, 0.0, 0.03, wild)
+    assert (~level_screen(lv3, sd)).sum() == 2
+    # nothing to screen against: every pair kept
+    assert level_screen(lv, None).all() and level_screen(lv[:3], sd).all()
+
+
+def test_a_screened_pair_is_judged_without_and_a_clean_gain_is_not_selected():
+    """Under noise of the same size in both arms a pair's level and gain are
+    independent: screening on the level leaves the kept gains' spread as it
+    was, where setting aside the same number of pairs by their gain would
+    shrink it (and make the test too sure of itself)."""
+    rng = np.random.default_rng(22)
+    design = Design.from_schedule(6, 2, 30)
+    g, lv = _abba(rng, 30, 0.10, 0.04, {(12, "b"): 1.6})
+    look = judge_objective(g, min_gain=0.02, design=design, levels=lv, prior_level_sd=0.04 * math.sqrt(2))
+    keep = level_screen(lv, max(0.04 * math.sqrt(2), level_spread(lv)))  # the judge's yardstick
+    assert not keep[12] and look.screened == int((~keep).sum()) <= 3
+    assert look.log_gain.point == pytest.approx(g[keep].mean())  # judged without them
+    assert 0.04 < look.gain < 0.16 and look.decision == "accept", look.reason
+    by_level, by_gain = [], []
+    for _ in range(600):
+        g, lv = _abba(rng, 30, 0.0, 0.04, {})
+        keep = level_screen(lv, 0.04 * math.sqrt(2))
+        k = int((~keep).sum())
+        if k == 0:
+            continue
+        by_level.append(g[keep].var(ddof=1) / g.var(ddof=1))
+        worst = np.argsort(-np.abs(g - g.mean()))[:k]
+        by_gain.append(np.delete(g, worst).var(ddof=1) / g.var(ddof=1))
+    assert len(by_level) > 100
+    assert 0.96 < float(np.mean(by_level)) < 1.04  # the spread is left as it was
+    assert float(np.mean(by_gain)) < 0.9  # what screening on the gain would do
