@@ -53,7 +53,7 @@ from .stats import (
     Design,
     check_spread,
     huber_location,
-    level_screen,
+    level_keep,
     level_spread,
     log_ratios,
     robust_location,
@@ -119,19 +119,15 @@ class Calibration(BaseModel):
         if d.size < 2:
             raise ValueError("calibration needs at least 2 A/A pairs")
         loc = huber_location(d)
-        lv = None if levels is None else np.asarray(levels, dtype=float)
-        level_sd = level_spread(lv) if lv is not None and lv.size >= 4 else 0.0
+        lv = np.asarray(levels if levels is not None else [], dtype=float)
         # the judge's looks set aside pairs whose level shows a slowed run
-        # (``level_screen``) before they measure a spread: so does the
+        # (``level_keep``) before they measure a spread: so does the
         # calibration, and its level spread is the kept pairs' (like with like)
-        keep = np.ones(d.size, dtype=bool)
-        if level_sd and lv is not None and lv.size == d.size:
-            keep = level_screen(lv, level_sd)
+        keep = level_keep(lv, d.size)
         if keep.sum() < POOL_MIN_PAIRS:
             keep[:] = True
         kept = d[keep]
-        if level_sd and lv is not None and lv.size == d.size:
-            level_sd = level_spread(lv[keep])
+        level_sd = level_spread(lv[keep] if lv.size == d.size else lv) if lv.size >= 4 else 0.0
         sd = robust_location(kept).scale  # the same spread the judge's own looks use
         offset = abs(loc.point)
         bias = offset if loc.se > 0 and offset > BIAS_T * loc.se else 0.0

@@ -420,7 +420,8 @@ def level_screen(levels, level_sd: float | None) -> np.ndarray:
     a run's metric moves up when slowed (a time) or down (a throughput), and
     with unequal noise in the two arms the two tails' pulls on the mean gain
     cancel. The cap bounds what a candidate can hide by making some of its
-    own runs wild: as many pairs as the gain's own skipping already sets aside.
+    own runs wild; note that it stacks with the gain's own skipping
+    (``robust_location``, max(1, 10%) of the pairs kept here).
     """
     lv = np.asarray(levels, dtype=float)
     n = lv.size
@@ -438,6 +439,16 @@ def level_screen(levels, level_sd: float | None) -> np.ndarray:
             break
         keep[i] = False
     return keep
+
+
+def level_keep(levels, n: int, floor: float = 0.0) -> np.ndarray:
+    """``level_screen``'s mask for ``n`` pairs at the larger of ``floor`` (a
+    calibration's level spread) and the spread their levels show now; every
+    pair kept when the levels are missing, fewer than 4 or not one per pair."""
+    if levels is None or len(levels) != n or n < 4:
+        return np.ones(n, dtype=bool)
+    lv = np.asarray(levels, dtype=float)
+    return level_screen(lv, max(floor, level_spread(lv)))
 
 
 def robust_location(
@@ -674,9 +685,7 @@ def judge_objective(
     # on a machine that got noisier since, a screen at the calibration's
     # would set aside the very noise the check must see. The calibration
     # screened its own pairs the same way, so the check compares like with like.
-    keep = np.ones(n, dtype=bool)
-    if lv is not None and prior_level_sd:
-        keep = level_screen(lv, max(prior_level_sd, level_spread(lv) if n >= 4 else 0.0))
+    keep = level_keep(lv, n, prior_level_sd) if prior_level_sd else np.ones(n, dtype=bool)
     screened = int(n - keep.sum())
     kept = g[keep]
     checked = keep.sum() >= POOL_MIN_PAIRS
