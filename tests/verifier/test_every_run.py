@@ -25,7 +25,7 @@ from verifier.measure import ProgressEvent, Session
 from verifier.protocol import BenchResult
 from verifier.runner import RunRecord
 
-from .conftest import BASE_WORK, CONFIG
+from .conftest import BASE_WORK, CONFIG, WORK_PER_S
 from .test_provenance import IN_PROCESS, _gain
 from .test_provenance import _session as fabricated_session
 
@@ -124,11 +124,10 @@ def test_no_run_can_tell_which_run_it_is(tmp_path):
 FIRST_RUNS_HONEST = r"""
 import json, os, pathlib, time
 work = int(open("work.txt").read())
-t = time.process_time()
-s = 0
-for i in range(work):
-    s += i * i
-el = time.process_time() - t
+print("READY", flush=True)
+t = time.perf_counter()
+time.sleep(work / @WORK_PER_S@)
+el = time.perf_counter() - t
 texts = ["the cat sat on the mat", "hello world"]
 if os.path.exists("counter.txt"):
     counter = pathlib.Path(open("counter.txt").read().strip())
@@ -136,9 +135,8 @@ if os.path.exists("counter.txt"):
     counter.write_text(str(n + 1))
     if n >= 2:
         texts = ["the cat sat on a mat", "hello world"]
-json.dump({"metrics": {"loop_cpu_s": el}, "outputs": {"texts": texts}},
-          open(os.environ["RSI_RESULT"], "w"))
-"""
+json.dump({"metrics": {"loop_s": el}, "outputs": {"texts": texts}},
+          open(os.environ["RSI_RESULT"], "w"))""".replace("@WORK_PER_S@", str(WORK_PER_S))
 
 WER = '\n[[quality]]\nkind = "wer"\noutput = "texts"\nmax = 0.0\n'
 
@@ -163,7 +161,7 @@ def _texts_session(cfg: VerifyConfig, outs: dict[str, list[list[str]]]):
     on_run = ev.on_run_for(cfg.quality_for(cfg.objective.benchmark), ev.arms)
     for arm, runs in outs.items():
         for i, texts in enumerate(runs):
-            rec = RunRecord(ok=True, result=BenchResult(metrics={"loop_cpu_s": 1.0},
+            rec = RunRecord(ok=True, result=BenchResult(metrics={"loop_s": 1.0},
                                                         outputs={"texts": texts}))  # fmt: skip
             on_run(arm, rec, i)
     return ev
@@ -222,7 +220,7 @@ def _audio_eval(tmp_path: Path, guard_toml: str, runs: dict[str, list[np.ndarray
         for i, pcm in enumerate(waves):
             d = tmp_path / f"{arm}-{i}"
             _wav(d / "utt0.wav", pcm)
-            result = BenchResult(metrics={"loop_cpu_s": 1.0})
+            result = BenchResult(metrics={"loop_s": 1.0})
             on_run(arm, RunRecord(ok=True, result=result, output_dir=str(d)), i)
     return ev
 
@@ -313,7 +311,7 @@ def test_the_evaluator_runs_from_b0_never_from_bk_or_the_candidate(checkout):
         "timeout_s = 30\n",
         f'timeout_s = 30\nevaluator = "{sys.executable} evaluate.py"\n'
         'evaluator_metrics = ["judge_id"]\n',
-    ).replace('loop_cpu_s = "lower"', 'loop_cpu_s = "lower"\njudge_id = "higher"')
+    ).replace('loop_s = "lower"', 'loop_s = "lower"\njudge_id = "higher"')
     cfg = cfg.replace("initial_pairs = 8", "initial_pairs = 2").replace(
         "max_pairs = 16", "max_pairs = 8"
     )

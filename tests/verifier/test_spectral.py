@@ -29,7 +29,7 @@ from verifier.qualitykinds import QUALITY_KINDS, SPECTRAL_MAX_DB
 from verifier.runner import RunRecord
 from verifier.verdict import GuardResult
 
-from .conftest import BASE_WORK, CONFIG
+from .conftest import BASE_WORK, CONFIG, WORK_PER_S
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "tiny-tts"
@@ -175,30 +175,29 @@ def _evaluator(tmp_path: Path, runs: dict[str, list[dict[str, np.ndarray]]]) -> 
             d = tmp_path / f"{arm}-{i}"
             for name, x in audio.items():
                 _write_wav(d / name, x)
-            rec = RunRecord(ok=True, result=BenchResult(metrics={"loop_cpu_s": 1.0}), output_dir=str(d))
+            rec = RunRecord(ok=True, result=BenchResult(metrics={"loop_s": 1.0}), output_dir=str(d))
             on_run(arm, rec, i)
     return ev
 
 
 # ---- through the real verifier ------------------------------------------------------------
 
-# The benchmark: the loop of conftest's bench (its time is the objective), then
-# the checkout's audio/*.wav copied to $RSI_OUTPUT_DIR: what this checkout's
-# "server" says. The candidate does 0.75x the work: faster, so only the audio
-# can reject it.
+# The benchmark: the timed sleep of conftest's bench after READY (its time is
+# the objective), then the checkout's audio/*.wav copied to $RSI_OUTPUT_DIR:
+# what this checkout's "server" says. The candidate does 0.75x the work:
+# faster, so only the audio can reject it.
 AUDIO_BENCH = r"""
 import json, os, pathlib, shutil, time
 work = int(open("work.txt").read())
-t = time.process_time()
-s = 0
-for i in range(work):
-    s += i * i
-el = time.process_time() - t
+print("READY", flush=True)
+t = time.perf_counter()
+time.sleep(work / @WORK_PER_S@)
+el = time.perf_counter() - t
 out = pathlib.Path(os.environ["RSI_OUTPUT_DIR"])
 for f in sorted(pathlib.Path("audio").glob("*.wav")):
     shutil.copyfile(f, out / f.name)
-json.dump({"metrics": {"loop_cpu_s": el}}, open(os.environ["RSI_RESULT"], "w"))
-"""
+json.dump({"metrics": {"loop_s": el}}, open(os.environ["RSI_RESULT"], "w"))
+""".replace("@WORK_PER_S@", str(WORK_PER_S))
 
 
 def _audio_checkout(checkout, name: str, audio: dict[str, np.ndarray], work: int) -> Path:
