@@ -248,6 +248,13 @@ PRIOR_F = 0.05  # drop the calibration's spread when this verification's is larg
 POOL_MIN_PAIRS = 6
 STALE_F = 0.02
 CHECK_K = 4.0
+# The levels tell about the gains' noise only while a pair's two runs are
+# slowed independently (then a level and a gain have the same spread). Load
+# that slows both runs of a pair at once (a neighbour's burst longer than a
+# pair) moves the level and cancels in the gain: when the levels vary more
+# than the gains beyond chance (an F test at LEVEL_AGREE_F), the spread a stale
+# look widens to is the gains' own, not the levels'.
+LEVEL_AGREE_F = 0.001
 # Share of alpha a look spends when it is judged on its own spread only (no
 # calibration, or one that no longer holds): fewer degrees of freedom make
 # the t conversion less exact in the far tail, so that test spends less.
@@ -504,13 +511,27 @@ class NoiseCheck:
     own_sd: float = math.nan
     prior_sd: float | None = None
     spread: float = math.nan
-    """The per-pair spread the gains and levels show together (``ratio`` x
-    the calibration's): a stale look's test uses it where it is the larger."""
+    """The per-pair spread the gains show (``ratio`` x the calibration's, the
+    gains and levels together, unless ``common``): a stale look's test uses it
+    where it is the larger."""
+    level_ratio: float = math.nan
+    """The levels' spread over the calibration's (nan without levels)."""
+    common: bool = False
+    """The levels vary more than the gains beyond chance (``LEVEL_AGREE_F``):
+    load that slowed both runs of a pair, which the gains cancel."""
 
     def note(self) -> str:
         """A sentence for the verdict's warnings ('' unless stale)."""
         if not self.stale or self.prior_sd is None:
             return ""
+        if self.common:
+            return (
+                f"the machine is busier than at calibration: the pairs' levels vary "
+                f"{self.level_ratio:.1f}x as much (load that slowed both runs of a pair, which "
+                f"the paired gains cancel), the gains' per-pair spread is {self.own_sd:.2%} "
+                f"vs {self.prior_sd:.2%}: the calibration's spread was set aside and this "
+                "verification's own used; recalibrate when the machine is quieter"
+            )
         return (
             f"the machine is noisier than at calibration ({self.ratio:.1f}x the calibration's "
             f"spread; per-pair spread {self.own_sd:.2%} vs {self.prior_sd:.2%}): the "
@@ -578,18 +599,32 @@ def noise_check(
     if g.size < POOL_MIN_PAIRS:
         return NoiseCheck(stale=False, checked=False, prior_sd=prior_sd)
     own, df = _spread_without_outliers(g)
-    chi, dfs = df * (own / (prior_check_sd or prior_sd)) ** 2, df
+    base = prior_check_sd or prior_sd
+    gain_ratio = own / base
+    chi, dfs = df * gain_ratio**2, df
+    level_ratio, common = math.nan, False
     if levels is not None and prior_level_sd:
         lv = np.asarray(levels, dtype=float)
         if lv.size == g.size:
             lsd, ldf = _spread_without_outliers(lv, trend=True)
             if ldf > 0:
-                chi, dfs = chi + ldf * (lsd / prior_level_sd) ** 2, dfs + ldf
+                level_ratio = lsd / prior_level_sd
+                chi, dfs = chi + ldf * level_ratio**2, dfs + ldf
+                # levels beyond what the gains show: common-mode load, not the gains' noise
+                common = df > 0 and level_ratio**2 > gain_ratio**2 * _st.f.isf(
+                    LEVEL_AGREE_F, ldf, df
+                )
     ratio = math.sqrt(chi / dfs)
     stale = ratio**2 > _st.f.isf(STALE_F, dfs, prior_df)
-    base = prior_check_sd or prior_sd
     return NoiseCheck(
-        stale=stale, checked=True, ratio=ratio, own_sd=own, prior_sd=prior_sd, spread=ratio * base
+        stale=stale,
+        checked=True,
+        ratio=ratio,
+        own_sd=own,
+        prior_sd=prior_sd,
+        spread=(gain_ratio if common else ratio) * base,
+        level_ratio=level_ratio,
+        common=common,
     )
 
 

@@ -327,3 +327,39 @@ def test_a_screened_pair_is_judged_without_and_a_clean_gain_is_not_selected():
     assert len(by_level) > 100
     assert 0.96 < float(np.mean(by_level)) < 1.04  # the spread is left as it was
     assert float(np.mean(by_gain)) < 0.9  # what screening on the gain would do
+
+
+def test_load_on_both_runs_of_a_pair_is_not_read_as_noise_in_the_gains():
+    """A neighbour whose bursts outlast a pair slows both of its runs: the
+    pairs' levels vary far more than at calibration while the paired gains
+    cancel it. The look sets the calibration aside (the machine changed) but
+    judges the gains by the spread they show, not the levels': a run of `rsi
+    try` on a busy machine had an honest 2.7x gain (runs' CV ~10%) ruled
+    inconclusive at a "per-pair spread" of 110%, 8.5x the calibration's."""
+    rng = np.random.default_rng(23)
+    design = Design.from_schedule(8, 4, 12)
+    sd = 0.10 * math.sqrt(2)  # the calibration's, per pair, on a quiet machine
+    common = 0
+    for _ in range(50):
+        g, lv = _abba(rng, 12, 1.67, 0.10, {})
+        lv = lv + 2 * rng.normal(0.0, 0.6, 12)  # each pair's load, on both of its runs
+        look = judge_objective(
+            g, min_gain=0.3, design=design, prior_sd=sd, prior_df=6, levels=lv,
+            prior_level_sd=sd, prior_check_sd=sd,
+        )  # fmt: skip
+        assert look.noise.stale, look.noise  # the machine is not as it was
+        common += look.noise.common
+        if look.noise.common:
+            assert look.scale < 2 * sd and look.decision == "accept", look.reason
+            assert "levels vary" in look.noise.note() and "gains cancel" in look.noise.note()
+    assert common >= 45  # found nearly every time (the levels vary ~6x the gains)
+    # runs slowed one at a time (no common load): levels and gains agree, and
+    # the widened spread is theirs together, as before
+    g, lv = _abba(rng, 12, 0.0, 0.40, {})
+    look = judge_objective(
+        g, min_gain=0.3, design=design, prior_sd=sd, prior_df=6, levels=lv,
+        prior_level_sd=sd, prior_check_sd=sd,
+    )  # fmt: skip
+    assert look.noise.stale and not look.noise.common
+    assert look.noise.spread == pytest.approx(look.noise.ratio * sd)
+    assert "noisier than at calibration" in look.noise.note()
