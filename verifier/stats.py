@@ -527,10 +527,11 @@ class NoiseCheck:
         if self.common:
             return (
                 f"the machine is busier than at calibration: the pairs' levels vary "
-                f"{self.level_ratio:.1f}x as much (load that slowed both runs of a pair, which "
-                f"the paired gains cancel), the gains' per-pair spread is {self.own_sd:.2%} "
-                f"vs {self.prior_sd:.2%}: the calibration's spread was set aside and this "
-                "verification's own used; recalibrate when the machine is quieter"
+                f"{self.level_ratio:.1f}x as much as then (load that slowed both runs of a "
+                f"pair, which the paired gains cancel), while the gains' per-pair spread is "
+                f"{self.own_sd:.2%} (calibration: {self.prior_sd:.2%}): the calibration's "
+                "spread was set aside and the gains were judged on their own; recalibrate "
+                "when the machine is quieter"
             )
         return (
             f"the machine is noisier than at calibration ({self.ratio:.1f}x the calibration's "
