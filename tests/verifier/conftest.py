@@ -20,42 +20,52 @@ import pytest
 # misbehaviours.
 WORK_PER_S = 6_000_000  # work.txt units per second of the timed sleep
 
-BENCH = textwrap.dedent(
-    r"""
-    import json, os, sys, time
-    WORK_PER_S = @WORK_PER_S@
-    work = int(open("work.txt").read())
-    mode = open("mode.txt").read().strip() if os.path.exists("mode.txt") else ""
-    print("READY", flush=True)
-    if mode == "crash":
-        print("Traceback: something broke", file=sys.stderr)
-        sys.exit(3)
-    if mode == "hang":
-        time.sleep(60)
-    if mode == "env":
-        keep = ("RSI_", "HIDDEN_", "MY_", "GITHUB_TOKEN")
-        out = {k: v for k, v in os.environ.items() if k.startswith(keep)}
-        result = {"metrics": {"loop_s": 1.0}, "outputs": {"env": out}}
-        json.dump(result, open(os.environ["RSI_RESULT"], "w"))
-        sys.exit(0)
-    t = time.perf_counter()
-    time.sleep(work / WORK_PER_S)
-    el = time.perf_counter() - t
-    if mode == "nowrite":
-        sys.exit(0)
-    if mode == "badjson":
-        open(os.environ["RSI_RESULT"], "w").write("{oops")
-        sys.exit(0)
-    failed = 1 if mode == "failed" else 0
-    texts = ["the cat sat on the mat", "hello world"]
-    if mode == "garbled":
-        texts = ["the dog sat on a hat", "hello word"]
-    json.dump({"metrics": {"loop_s": el},
-               "samples": {"latency_s": [el / 4] * 4},
-               "outputs": {"texts": texts},
-               "counts": {"requests": 4, "failed": failed}}, open(os.environ["RSI_RESULT"], "w"))
-    """
-).replace("@WORK_PER_S@", str(WORK_PER_S))
+# The timed part every benchmark here shares (after it prints READY): ``el``,
+# the sleep's length on the wall clock.
+TIMED_SLEEP = f"""\
+t = time.perf_counter()
+time.sleep(int(open("work.txt").read()) / {WORK_PER_S})
+el = time.perf_counter() - t
+"""
+
+BENCH = (
+    textwrap.dedent(
+        r"""
+        import json, os, sys, time
+        mode = open("mode.txt").read().strip() if os.path.exists("mode.txt") else ""
+        print("READY", flush=True)
+        if mode == "crash":
+            print("Traceback: something broke", file=sys.stderr)
+            sys.exit(3)
+        if mode == "hang":
+            time.sleep(60)
+        if mode == "env":
+            keep = ("RSI_", "HIDDEN_", "MY_", "GITHUB_TOKEN")
+            out = {k: v for k, v in os.environ.items() if k.startswith(keep)}
+            result = {"metrics": {"loop_s": 1.0}, "outputs": {"env": out}}
+            json.dump(result, open(os.environ["RSI_RESULT"], "w"))
+            sys.exit(0)
+        """
+    )
+    + TIMED_SLEEP
+    + textwrap.dedent(
+        r"""
+        if mode == "nowrite":
+            sys.exit(0)
+        if mode == "badjson":
+            open(os.environ["RSI_RESULT"], "w").write("{oops")
+            sys.exit(0)
+        failed = 1 if mode == "failed" else 0
+        texts = ["the cat sat on the mat", "hello world"]
+        if mode == "garbled":
+            texts = ["the dog sat on a hat", "hello word"]
+        json.dump({"metrics": {"loop_s": el},
+                   "samples": {"latency_s": [el / 4] * 4},
+                   "outputs": {"texts": texts},
+                   "counts": {"requests": 4, "failed": failed}}, open(os.environ["RSI_RESULT"], "w"))
+        """
+    )
+)
 
 CONFIG = f'''
 [benchmarks.loop]

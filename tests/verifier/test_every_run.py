@@ -25,7 +25,7 @@ from verifier.measure import ProgressEvent, Session
 from verifier.protocol import BenchResult
 from verifier.runner import RunRecord
 
-from .conftest import BASE_WORK, CONFIG, WORK_PER_S
+from .conftest import BASE_WORK, CONFIG, TIMED_SLEEP
 from .test_provenance import IN_PROCESS, _gain
 from .test_provenance import _session as fabricated_session
 
@@ -121,14 +121,10 @@ def test_no_run_can_tell_which_run_it_is(tmp_path):
 # the old fixed order), wrong afterwards; the counter lives outside the
 # checkout (process isolation shares the host), the way a cheat in a container
 # would use any state that survives between runs.
-FIRST_RUNS_HONEST = r"""
-import json, os, pathlib, time
-work = int(open("work.txt").read())
-print("READY", flush=True)
-t = time.perf_counter()
-time.sleep(work / @WORK_PER_S@)
-el = time.perf_counter() - t
-texts = ["the cat sat on the mat", "hello world"]
+FIRST_RUNS_HONEST = (
+    'import json, os, pathlib, time\nprint("READY", flush=True)\n'
+    + TIMED_SLEEP
+    + r"""texts = ["the cat sat on the mat", "hello world"]
 if os.path.exists("counter.txt"):
     counter = pathlib.Path(open("counter.txt").read().strip())
     n = int(counter.read_text()) if counter.exists() else 0
@@ -136,7 +132,9 @@ if os.path.exists("counter.txt"):
     if n >= 2:
         texts = ["the cat sat on a mat", "hello world"]
 json.dump({"metrics": {"loop_s": el}, "outputs": {"texts": texts}},
-          open(os.environ["RSI_RESULT"], "w"))""".replace("@WORK_PER_S@", str(WORK_PER_S))
+          open(os.environ["RSI_RESULT"], "w"))
+"""
+)
 
 WER = '\n[[quality]]\nkind = "wer"\noutput = "texts"\nmax = 0.0\n'
 

@@ -29,7 +29,7 @@ from verifier.qualitykinds import QUALITY_KINDS, SPECTRAL_MAX_DB
 from verifier.runner import RunRecord
 from verifier.verdict import GuardResult
 
-from .conftest import BASE_WORK, CONFIG, WORK_PER_S
+from .conftest import BASE_WORK, CONFIG, TIMED_SLEEP
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "tiny-tts"
@@ -186,18 +186,15 @@ def _evaluator(tmp_path: Path, runs: dict[str, list[dict[str, np.ndarray]]]) -> 
 # the objective), then the checkout's audio/*.wav copied to $RSI_OUTPUT_DIR:
 # what this checkout's "server" says. The candidate does 0.75x the work:
 # faster, so only the audio can reject it.
-AUDIO_BENCH = r"""
-import json, os, pathlib, shutil, time
-work = int(open("work.txt").read())
-print("READY", flush=True)
-t = time.perf_counter()
-time.sleep(work / @WORK_PER_S@)
-el = time.perf_counter() - t
-out = pathlib.Path(os.environ["RSI_OUTPUT_DIR"])
+AUDIO_BENCH = (
+    'import json, os, pathlib, shutil, time\nprint("READY", flush=True)\n'
+    + TIMED_SLEEP
+    + r"""out = pathlib.Path(os.environ["RSI_OUTPUT_DIR"])
 for f in sorted(pathlib.Path("audio").glob("*.wav")):
     shutil.copyfile(f, out / f.name)
 json.dump({"metrics": {"loop_s": el}}, open(os.environ["RSI_RESULT"], "w"))
-""".replace("@WORK_PER_S@", str(WORK_PER_S))
+"""
+)
 
 
 def _audio_checkout(checkout, name: str, audio: dict[str, np.ndarray], work: int) -> Path:
