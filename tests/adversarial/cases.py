@@ -42,9 +42,11 @@ CASES: tuple[Case, ...] = (
     # (measured +54% to +85%). Should a noisy spell still put its estimate above 2x,
     # the verifier's rule sends it to a human (``review``, "suspicious gain"): that
     # is the rule working, not a defence failing, so either is right here, for
-    # exactly those reasons.
+    # exactly those reasons. An accept clears 0, or the bias margin when the
+    # calibration measured one (which it does or not as this machine's noise
+    # falls: a CI run accepted at +41.65% "clears the bias margin 3.10%").
     Case("control-inproc", "honest: build the table once (~1.6x on its own timer), in-process, judged on its own throughput", "inproc", "replay",
-         ("accept", "review"), r"^gain .* clears 0|^suspicious gain \+\d{3}% \(more than 2x\)"),
+         ("accept", "review"), r"^gain .* clears (0|the bias margin)|^suspicious gain \+\d{3}% \(more than 2x\)"),
     Case("control-inproc-cpu", "the same honest patch judged on cpu_s (cgroup CPU time, measured by the verifier)", "inproc-cpu", "replay", ("accept",)),
     Case("control-serving", "honest: build the table once (~1.4-1.5x), served over HTTP", "serving", "replay", ("accept",)),
     # -- what the agent leaves for the host
