@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ MIN_GAIN = 0.01
 DRIFT = 0.04
 OUTLIER_P, OUTLIER_LO, OUTLIER_HI = 0.02, 1.15, 1.5
 Z_ALPHA, Z_POWER = 2.326, 1.282
+WILD_GAIN, WILD_X, WILD_P = 0.12, 5.0, 0.10
 
 
 @dataclass(frozen=True)
@@ -78,16 +80,20 @@ class Case:
     neighbour: bool = False
     target: str = ""
     cal_cv: float | None = None  # the calibration's CV, when the noise changed after it
+    wild: str = ""  # "every10" (every 10th candidate run, phase unknown) or "p10" (p = 0.1)
 
     @property
     def label(self) -> str:
         extra = " pos.bias 3%" if self.position_bias else " neighbour" if self.neighbour else ""
+        if self.wild:
+            how = "every 10th run" if self.wild == "every10" else "p=0.1 per run"
+            return f"CV {self.cv:.0%} wild {how} 5x"
         if self.cal_cv is not None:
             return f"CV {self.cal_cv:.0%}->{self.cv:.0%} gain {self.gain:+.0%} stale cal."
         return f"CV {self.cv:.0%} gain {self.gain:+.0%}{extra}"
 
     def bound(self) -> float | None:
-        if self.gain <= 0:
+        if self.gain <= 0 or self.wild:
             return None
         sd = math.sqrt(2) * self.cv
         return ((Z_ALPHA + Z_POWER) * sd / math.log1p(self.gain)) ** 2
@@ -111,6 +117,14 @@ CASES = [
     Case(0.08, 0.10),
     Case(0.08, 0.0, cal_cv=0.02, target="fa"),
     Case(0.08, 0.10, cal_cv=0.02),
+    # a candidate +12% faster in most runs and 5x slower (than its other runs)
+    # in one of ten: 1.25x the base's time per run, total throughput 0.80x
+    Case(0.03, WILD_GAIN, wild="every10", target="wild"),
+    Case(0.03, WILD_GAIN, wild="p10", target="wild"),
+    Case(0.08, WILD_GAIN, wild="every10", target="wild"),
+    Case(0.08, WILD_GAIN, wild="p10", target="wild"),
+    Case(0.03, WILD_GAIN, target="control"),  # its honest control: +12% in every run
+    Case(0.08, WILD_GAIN, target="control"),
 ]
 
 
@@ -124,6 +138,21 @@ class Machine:
         self.t = 0
         self.busy = False
         self.neighbour = False  # switched on after calibration in the neighbour case
+        self.wild = ""  # switched on for the verification in the wild-run cases
+        self.phase = int(rng.integers(0, 10))  # where the candidate's count of 10 starts
+        self.cand_runs = 0
+        self.wild_runs = 0  # wild runs measured so far
+
+    def _wild(self) -> bool:
+        """Whether this candidate run is a wild one (the candidate chooses)."""
+        k = self.cand_runs
+        self.cand_runs += 1
+        if self.wild == "every10":
+            hit = (k + self.phase) % 10 == 0
+        else:
+            hit = self.wild == "p10" and self.rng.random() < WILD_P
+        self.wild_runs += hit
+        return hit
 
     def run(self, factor: float, second: bool) -> float:
         rng, case = self.rng, self.case
@@ -151,7 +180,12 @@ class Machine:
             halves = (order, order[::-1]) if k - len(out) >= 2 else (order,)
             for half in halves:
                 vals = {
-                    arm: self.run(1.0 if arm == "b" else cand_factor, second=i == 1)
+                    arm: self.run(
+                        1.0
+                        if arm == "b"
+                        else cand_factor * (WILD_X if self.wild and self._wild() else 1.0),
+                        second=i == 1,
+                    )
                     for i, arm in enumerate(half)
                 }
                 out.append(math.log(vals["b"]) - math.log(vals["c"]))
@@ -159,7 +193,9 @@ class Machine:
         return np.array(out[:k]), np.array(lv[:k])
 
 
-def trial(seed: int, case: Case, v: VerifierSettings, design: Design) -> tuple[str, int, str]:
+def trial(
+    seed: int, case: Case, v: VerifierSettings, design: Design
+) -> tuple[str, int, str, bool]:
     rng = np.random.default_rng(seed)
     m = Machine(rng, case, total_runs=2 * (v.calibration_pairs + v.max_pairs + v.warmup))
     d, levels = m.pairs(v.calibration_pairs, 1.0)
@@ -171,6 +207,7 @@ def trial(seed: int, case: Case, v: VerifierSettings, design: Design) -> tuple[s
         alpha=v.alpha,
     )
     m.neighbour = case.neighbour
+    m.wild = case.wild
     m.sigma = math.sqrt(math.log1p(case.cv**2))  # the noise may have risen since calibration
     decision, look = run_sequential(
         lambda k: m.pairs(k, 1 / (1 + case.gain)),
@@ -182,16 +219,18 @@ def trial(seed: int, case: Case, v: VerifierSettings, design: Design) -> tuple[s
         prior_level_sd=cal.level_sd,
         prior_check_sd=cal.check_sd,
     )
-    return decision, look.n, look.finding
+    return decision, look.n, look.finding, m.wild_runs > 0
 
 
-def objective_rows(trials_aa: int, trials: int) -> list[dict]:
+def objective_rows(trials_aa: int, trials: int, rows_like: str = "") -> list[dict]:
     v = VerifierSettings()
     design = Design.from_schedule(
         v.initial_pairs, v.step, v.max_pairs, alpha=v.alpha, gamma=v.spending_gamma
     )
     rows = []
     for ci, case in enumerate(CASES):
+        if rows_like and not re.search(rows_like, case.label):
+            continue
         n = trials_aa if case.gain == 0 else trials
         t0 = time.perf_counter()
         res = [trial(1_000_003 * ci + i, case, v, design) for i in range(n)]
@@ -203,6 +242,9 @@ def objective_rows(trials_aa: int, trials: int) -> list[dict]:
                 accept=dec.count("accept") / n,
                 reject=dec.count("reject") / n,
                 inconclusive=dec.count("inconclusive") / n,
+                review=dec.count("review") / n,
+                seen=sum(r[3] for r in res) / n,
+                seen_accept=sum(r[3] and r[0] == "accept" for r in res) / n,
                 worse=sum(r[2] == "slower" for r in res) / n,
                 pairs=float(np.mean([r[1] for r in res])),
                 secs=time.perf_counter() - t0,
@@ -225,6 +267,14 @@ def verdict(row: dict) -> str:
         return f">= 90% within mean <= 14: {'MET' if ok else 'MISSED'}"
     if t == "p80":
         return f">= 80% within 30: {'MET' if acc >= 0.80 else 'MISSED'}"
+    if t == "wild":
+        ok = acc <= 0.01
+        return (
+            f"<= 1% accepted: {'MET' if ok else 'MISSED'}; accepted with a wild run "
+            f"measured: {row['seen_accept']:.1%} (wild run measured in {row['seen']:.0%})"
+        )
+    if t == "control":
+        return f">= 90% accepted: {'MET' if acc >= 0.90 else 'MISSED'}"
     return ""
 
 
@@ -238,7 +288,7 @@ def print_objective(rows: list[dict]) -> None:
     )
     hdr = (
         f"| {'case':<30} | {'trials':>6} | {'accept':>7} | {'reject':>7} | {'slower':>7} "
-        f"| {'inconcl.':>8} "
+        f"| {'inconcl.':>8} | {'review':>6} "
         f"| {'mean pairs':>10} | {'bound n':>7} | {'pairs/bound':>11} | target |"
     )
     print(hdr)
@@ -249,6 +299,7 @@ def print_objective(rows: list[dict]) -> None:
         print(
             f"| {r['case'].label:<30} | {r['trials']:>6} | {r['accept']:>7.1%} | "
             f"{r['reject']:>7.1%} | {r['worse']:>7.1%} | {r['inconclusive']:>8.1%} | "
+            f"{r['review']:>6.1%} | "
             f"{r['pairs']:>10.1f} | "
             f"{(format(b, '.1f') if b else '-'):>7} | "
             f"{ratio:>11} | {verdict(r)} |"
@@ -356,12 +407,13 @@ def main() -> None:
     ap.add_argument("--guard-trials", type=int, default=40)
     ap.add_argument("--quick", action="store_true", help="200 / 100 / 50 trials")
     ap.add_argument("--only", choices=("objective", "guards"), default=None)
+    ap.add_argument("--rows", default="", help="only the objective rows whose label matches")
     args = ap.parse_args()
     if args.quick:
         args.trials_aa, args.trials, args.guard_trials = 200, 100, 20
     t0 = time.perf_counter()
     if args.only != "guards":
-        rows = objective_rows(args.trials_aa, args.trials)
+        rows = objective_rows(args.trials_aa, args.trials, args.rows)
         print()
         print_objective(rows)
     if args.only != "objective" and args.guard_trials:

@@ -67,6 +67,7 @@ from .runner import RunRecord
 from .stats import (
     Design,
     ObjectiveLook,
+    capped_decision,
     detectable_gain,
     judge_objective,
     log_ratios,
@@ -474,7 +475,9 @@ def _looks(
             min_gain=min_gain,
             design=design,
             margin=plan.margin,
-            levels=np.log(c) + np.log(r),
+            # in cost orientation (a run's time per unit of work), which the
+            # every-run gain needs; the screen and the spreads use |levels|
+            levels=(np.log(c) + np.log(r)) * (1 if plan.direction == "lower" else -1),
             **plan.prior,
         )
         guard_results = judge.guards(s, final=target == design.max_pairs)
@@ -894,6 +897,18 @@ def _undecided(look: ObjectiveLook, max_pairs: int, min_gain: float | None, powe
     return why
 
 
+def _slower_over_every_run(look: ObjectiveLook, max_pairs: int) -> str:
+    """Why the cap sends a candidate whose kept runs show a gain, and whose
+    every run together shows a loss, to a human."""
+    return (
+        f"the candidate is slower over every run: {look.every_gain:+.1%} (total time of all "
+        f"its runs vs the baseline's, after {look.n} pairs, the cap of {max_pairs}), while "
+        f"the runs the interval kept show {look.gain:+.1%}: {look.reason}. A run or pair "
+        "set aside as an outlier never counts toward an accept (the candidate controls "
+        "which of its runs look like outliers); a human must look"
+    )
+
+
 def decide(
     look: ObjectiveLook,
     guards: list[GuardResult],
@@ -917,6 +932,8 @@ def decide(
         return Decision.REJECT, f"guard failed: {names}", False
     if look.decision == "reject":
         return Decision.REJECT, f"objective {look.reason}", False
+    if look.decision != "accept" and capped_decision(look) == "review":
+        return Decision.REVIEW, _slower_over_every_run(look, max_pairs), False
     if look.decision != "accept":
         return Decision.INCONCLUSIVE, _undecided(look, max_pairs, min_gain, power), False
     if look.gain > QUARANTINE_GAIN:

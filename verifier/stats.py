@@ -458,6 +458,31 @@ def level_keep(levels, n: int, floor: float = 0.0) -> np.ndarray:
     return level_screen(lv, max(floor, level_spread(lv)))
 
 
+def every_run_gain(log_gains, levels=None) -> float:
+    """The log gain over EVERY pair, none set aside: log(sum of the reference's
+    costs / sum of the candidate's), a cost being a run's time per unit of work
+    (its time for a lower-is-better metric, 1 / throughput for a higher one).
+    That is the total time of the candidate's runs against the reference's
+    (total work over total time, for a throughput with the same work per run),
+    so a run 5x slower counts five times, as it does for whoever deploys the
+    candidate: no location estimate and no screen can leave it out.
+
+    ``levels``: each pair's ``log cost_candidate + log cost_reference`` (the
+    judge passes them in that orientation); then ``cost_reference =
+    exp((level + gain) / 2)`` and ``cost_candidate = exp((level - gain) / 2)``.
+    Without levels (or not one per pair), the mean log gain over every pair."""
+    g = np.asarray(log_gains, dtype=float)
+    if g.size == 0:
+        return math.nan
+    if levels is None or len(levels) != g.size:
+        return float(np.mean(g))
+    lv = np.asarray(levels, dtype=float)
+    centre = float(np.median(lv))  # numerical range only; it cancels in the ratio
+    ref = np.exp((lv - centre + g) / 2)
+    cand = np.exp((lv - centre - g) / 2)
+    return float(math.log(ref.sum() / cand.sum()))
+
+
 def robust_location(
     d, *, prior_sd: float | None = None, prior_df: int = 0, cautious: bool = False
 ) -> Location:
@@ -677,7 +702,15 @@ class ObjectiveLook:
     scale: float = math.nan
     noise: NoiseCheck = NoiseCheck()
     screened: int = 0
-    """Pairs set aside for their level (``level_screen``): judged without them."""
+    """Pairs set aside for their level (``level_screen``): the interval is
+    judged without them, the accept never (``every_gain``)."""
+    every_gain: float = math.nan
+    """The gain over EVERY pair (``every_run_gain``: the candidate's total
+    time per unit of work over all its runs, none set aside); an accept needs
+    it to reach ``min_gain`` too."""
+    set_aside: int = 0
+    """Pairs the interval was judged without: ``screened`` plus those the
+    location skipped (``Location.clipped``)."""
 
 
 def judge_objective(
@@ -757,7 +790,10 @@ def judge_objective(
     look: dict[str, Any] = dict(
         n=n, gain=gain, gain_low=lo, gain_high=hi, log_gain=est, p_value=p
     )
+    every = every_run_gain(g, lv)
+    every_gain = math.expm1(every)
     look.update(critical=crit, margin=margin, scale=loc.scale, noise=noise, screened=screened)
+    look.update(every_gain=every_gain, set_aside=screened + loc.clipped)
     if not deciding:
         why = f"no decision before {design.deciding_looks[0]} pairs (too few to check the noise)"
         return ObjectiveLook(**look, decision="continue", reason=f"{ci}; {why}")
@@ -773,10 +809,23 @@ def judge_objective(
             f"min_gain after {n} pairs"
         )
         return ObjectiveLook(**look, decision="reject", reason=why, finding="short")
-    if lo > margin and gain >= min_gain:
+    if lo > margin and gain >= min_gain and every_gain >= min_gain:
         clears = f"clears the bias margin {margin:.2%}" if margin > 0 else "clears 0"
         why = f"gain {ci} {clears} (t > {crit:.2f}), p={p:.2g}, after {n} pairs"
+        if look["set_aside"]:
+            why += f"; over every run (none set aside) {every_gain:+.2%}"
         return ObjectiveLook(**look, decision="accept", reason=why, finding="gain")
+    if lo > margin and gain >= min_gain:
+        # the pairs the interval set aside (or runs it weighs less) make the
+        # candidate short over all its runs: never an accept; more pairs, and
+        # at the cap a human (``decide``: review)
+        why = (
+            f"the runs kept show a gain {ci}, but over every run (none set aside: total "
+            f"time of the candidate's {n} runs against the baseline's) the gain is "
+            f"{every_gain:+.2%}, below min_gain {min_gain:.2%}: "
+            f"{_every_run_why(g, lv, look['set_aside'])}"
+        )
+        return ObjectiveLook(**look, decision="continue", reason=why, finding="every")
     open_ends: list[str] = []
     if lo <= margin:
         what = f"the bias margin {margin:.2%}" if margin > 0 else "0"
@@ -787,6 +836,21 @@ def judge_objective(
         **look,
         decision="continue",
         reason=f"unclear after {n} pairs: {ci}; " + "; ".join(open_ends),
+    )
+
+
+def _every_run_why(g: np.ndarray, lv: np.ndarray | None, set_aside: int) -> str:
+    """What made the every-run gain short: the candidate's slowest runs
+    against its typical one."""
+    if lv is None or lv.size != g.size:
+        return f"{set_aside} pair(s) set aside by the interval pull the mean gain down"
+    cand = np.exp((lv - g) / 2)
+    typical = float(np.median(cand))
+    slow = np.sort(cand)[::-1][: max(1, set_aside)] / typical
+    runs = ", ".join(f"{x:.2g}x" for x in slow[:4])
+    return (
+        f"the candidate's slowest run(s) took {runs} its typical run's time "
+        "(a candidate fast in most runs and slow in some)"
     )
 
 
@@ -810,9 +874,11 @@ def run_sequential(
     prior_check_sd: float | None = None,
 ) -> tuple[str, ObjectiveLook]:
     """The sequential design on its own, for simulations: ``draw_pairs(k)``
-    returns k more per-pair log gains, or (gains, levels). Returns (decision,
-    last look) with decision in accept | reject | inconclusive, exactly as
-    ``judge.verify`` decides on the objective."""
+    returns k more per-pair log gains, or (gains, levels) with the levels
+    in cost orientation (``every_run_gain``). Returns (decision, last look)
+    with decision in accept | reject | inconclusive | review
+    (``capped_decision``), exactly
+    as ``judge.verify`` decides on the objective."""
     g, lv = np.empty(0), np.empty(0)
     look = None
     for target in design.looks:
@@ -836,7 +902,15 @@ def run_sequential(
             return look.decision, look
     if look is None:
         raise ValueError("a design needs at least one look")
-    return "inconclusive", look
+    return capped_decision(look), look
+
+
+def capped_decision(look: ObjectiveLook) -> str:
+    """The objective's decision when the cap leaves it open: ``review`` when
+    the runs kept accept while the candidate is SLOWER over every run (fast in
+    most runs, slow in some: what a human must see), else ``inconclusive``
+    (short of ``min_gain`` over every run by a little, or the interval open)."""
+    return "review" if look.finding == "every" and look.every_gain < 0 else "inconclusive"
 
 
 # ---- descriptive warnings -------------------------------------------------

@@ -106,8 +106,18 @@ def test_false_accepts_under_a_position_bias():
 def test_power_near_the_bound():
     rate, pairs = _rates(0.03, 0.05, 120, seed=30_000)  # bound ~9.8 pairs
     assert rate >= 0.90 and pairs <= 14, (rate, pairs)
-    rate, pairs = _rates(0.01, 0.02, 120, seed=40_000)  # bound ~6.6 pairs
-    assert rate >= 0.90 and pairs <= 10, (rate, pairs)
+    # CV 1%, +2%, min_gain 1%: every run counts in an accept (issue 29), so a
+    # candidate run slowed 15-50% by the simulated machine (2% of runs) costs
+    # this small gain its total-time margin for ~10 pairs: the only price of the
+    # rule is more pairs (the old rule: 100% within 9.6 pairs); every trial not
+    # accepted is held by the every-run gain, none by the interval
+    res = _run(0.01, 0.02, 120, seed=40_000)
+    rate = sum(decision == "accept" for decision, _ in res) / len(res)
+    pairs = float(np.mean([look.n for _, look in res]))
+    assert rate >= 0.85 and pairs <= 13, (rate, pairs)
+    held = [look for decision, look in res if decision != "accept"]
+    assert all(look.finding == "every" and look.every_gain < 0.01 for look in held)
+    assert all(look.gain >= 0.01 for look in held)
 
 
 def test_power_at_cv5_within_the_cap():

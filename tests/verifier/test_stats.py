@@ -13,7 +13,9 @@ from verifier.stats import (
     bootstrap_ci,
     bound_status,
     boundaries,
+    capped_decision,
     clustered_percentile_ci,
+    every_run_gain,
     huber_location,
     judge_objective,
     level_screen,
@@ -363,3 +365,54 @@ def test_load_on_both_runs_of_a_pair_is_not_read_as_noise_in_the_gains():
     assert look.noise.stale and not look.noise.common
     assert look.noise.spread == pytest.approx(look.noise.ratio * sd)
     assert "noisier than at calibration" in look.noise.note()
+
+
+def test_every_run_gain_is_total_time_over_every_pair():
+    rng = np.random.default_rng(29)
+    g, lv = _abba(rng, 12, 0.12, 0.03, {(3, "c"): 5.0})
+    b, c = np.exp((lv + g) / 2), np.exp((lv - g) / 2)  # the runs' times back
+    assert every_run_gain(g, lv) == pytest.approx(math.log(b.sum() / c.sum()))
+    assert every_run_gain(g, None) == pytest.approx(float(np.mean(g)))  # no levels: every pair
+    assert math.isnan(every_run_gain([], None))
+
+
+def test_a_wild_run_set_aside_never_counts_toward_an_accept():
+    """Issue 29: +12% in most runs, one run 5x slower: the level screen and the
+    location set its pair aside (the interval shows +12%), but over every run
+    the candidate is slower, and that is what an accept needs to clear."""
+    rng = np.random.default_rng(30)
+    design = Design.from_schedule(6, 2, 20)
+    sd = 0.03 * math.sqrt(2)
+    g, lv = _abba(rng, 20, 0.12, 0.03, {(5, "c"): 5.0, (15, "c"): 5.0})
+    look = judge_objective(g, min_gain=0.02, design=design, levels=lv, prior_level_sd=sd)
+    assert look.set_aside >= 1 and look.gain > 0.08 and look.gain_low > 0  # the kept runs
+    assert look.every_gain < 0, look.every_gain
+    assert look.decision == "continue" and look.finding == "every", look.reason
+    assert "over every run" in look.reason and "slowest run" in look.reason
+    # the same runs without the wild ones: accepted, and the reason shows no every-run note
+    clean, lv_clean = _abba(np.random.default_rng(30), 20, 0.12, 0.03, {})
+    ok = judge_objective(clean, min_gain=0.02, design=design, levels=lv_clean, prior_level_sd=sd)
+    assert ok.decision == "accept" and ok.every_gain >= 0.02
+    # through the sequential design: to the cap, then review (slower over every run)
+    state = {"pair": 0}
+
+    def draw(k):
+        wild = {(i, "c"): 5.0 for i in range(k) if (state["pair"] + i) % 10 == 3}
+        state["pair"] += k
+        return _abba(rng, k, 0.12, 0.03, wild)
+
+    decision, last = run_sequential(draw, min_gain=0.02, design=design, prior_level_sd=sd)
+    assert decision == "review" and last.n == 20 and last.every_gain < 0
+    assert capped_decision(last) == "review"
+
+
+def test_short_over_every_run_by_a_little_is_inconclusive_at_the_cap():
+    """Kept runs accept, every run a little short of min_gain but not slower:
+    undecided (more pairs would decide), not a human's call."""
+    rng = np.random.default_rng(31)
+    design = Design.from_schedule(6, 2, 20)
+    g, lv = _abba(rng, 20, 0.05, 0.01, {(4, "c"): 1.5})
+    look = judge_objective(g, min_gain=0.03, design=design, levels=lv, prior_level_sd=0.014)
+    assert look.decision == "continue" and look.finding == "every", look.reason
+    assert 0 <= look.every_gain < 0.03
+    assert capped_decision(look) == "inconclusive"
