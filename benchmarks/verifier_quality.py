@@ -323,8 +323,9 @@ REQUEST_SIGMA = 0.3  # log-spread of request latencies within a run
 
 def guard_trial(seed: int, q: int, bound: float, reqs: int, ratio: float, v, design) -> tuple:
     """One guard judged at every look like ``Evaluator.metric_guard``: early
-    pass/fail on the interim interval, at the last look decided by the point
-    (``bound_status(..., point=...)``). Returns (status, pairs)."""
+    pass/fail on the interim interval, at the last look on ``guard_level``;
+    still unclear there: ``review`` (never decided by its point). Returns
+    (status, pairs)."""
     rng = np.random.default_rng(seed)
     sig = math.sqrt(math.log1p(0.03**2))
     runs: dict[str, list[np.ndarray]] = {"c": [], "b": []}
@@ -339,8 +340,8 @@ def guard_trial(seed: int, q: int, bound: float, reqs: int, ratio: float, v, des
         est = clustered_percentile_ci(
             runs["c"], runs["b"], q, seed=seed, n_boot=PERCENTILE_BOOT, level=level
         )
-        lo, hi, pt = math.exp(est.low), math.exp(est.high), math.exp(est.point)
-        status = bound_status(lo, hi, upper=bound, point=pt if final else None)
+        lo, hi = math.exp(est.low), math.exp(est.high)
+        status = bound_status(lo, hi, upper=bound)
         if status != "unclear":
             return status, n
     return status, design.max_pairs

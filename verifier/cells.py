@@ -28,7 +28,15 @@ from .guards import Evaluator, derived_seed
 from .isolation import Isolation, parse_cpus
 from .matrix import Cell
 from .measure import Progress, Session, hidden_env
-from .verdict import CellResult, GuardResult, Interval, MetricComparison, RunError, arm_label
+from .verdict import (
+    CellResult,
+    Decision,
+    GuardResult,
+    Interval,
+    MetricComparison,
+    RunError,
+    arm_label,
+)
 
 __all__ = [
     "MATRIX_HEADER",
@@ -37,6 +45,7 @@ __all__ = [
     "cell_bench",
     "cell_isolation",
     "cell_row",
+    "cells_decision",
     "cells_of",
     "column_metrics",
     "cpus_problem",
@@ -204,8 +213,9 @@ def measure_cell(
             err = err.model_copy(update={"message": f"cell {cell.label}: {err.message}"})
             return CellRun(None, s.runs, err)
         # A cell has few pairs: a guard fails there only when its interval lies
-        # wholly beyond the bound (a clear loss); a close call stays unclear
-        # (said, never decided by a point that this machine's noise can move).
+        # wholly beyond the bound (a clear loss); a close call stays unclear,
+        # never decided by a point that this machine's noise can move (the
+        # judge makes an accept ``review`` for it).
         guards = judge.guards(s, final=False)
         metrics = judge.metrics(s)
         metric = config.objective.metric if bench_name == config.objective.benchmark else "wall_s"
@@ -235,6 +245,36 @@ def failed_cells_reason(cells: Iterable[CellResult]) -> str:
         for g in c.failed
     ]
     return "guard failed: " + "; ".join(parts) if parts else ""
+
+
+def cells_decision(
+    decision: Decision, reason: str, cells: Iterable[CellResult], flags: list[str], *,
+    pairs: int, bench_name: str,
+) -> tuple[Decision, str, list[str]]:
+    """(decision, reason, warnings) of a verdict whose primary cell decided
+    ``decision`` / ``reason``, given the other ``cells`` and their ``flags``:
+    a guard failed in a cell rejects (the cell named); one whose interval
+    straddles its bound on the cell's ``pairs`` makes an accept ``review``,
+    never decided by its point (issue 29), the reason naming the guard, the
+    cell and what would decide it; a flag makes an accept ``review``. Pure."""
+    cells = list(cells)
+    failed = failed_cells_reason(cells)
+    unclear = unclear_cells_reason(cells)
+    undecided = unclear and (
+        f"{unclear}: a cell has {pairs} pairs and a guard whose interval straddles its bound "
+        f"there is never decided by its point; raise [benchmarks.{bench_name}.matrix] pairs "
+        "to decide it, or a human decides"
+    )
+    if failed:
+        decision, reason = Decision.REJECT, failed
+    elif undecided and decision == Decision.ACCEPT:
+        decision, reason = Decision.REVIEW, undecided
+    elif flags and decision == Decision.ACCEPT:
+        decision, reason = Decision.REVIEW, flags[0]
+    warnings = [f for f in flags if f != reason]
+    if undecided and undecided != reason:
+        warnings.append(undecided)
+    return decision, reason, warnings
 
 
 def unclear_cells_reason(cells: Iterable[CellResult]) -> str:

@@ -137,7 +137,8 @@ class Evaluator:
     # ---- guards ------------------------------------------------------------------
     def guards(self, s: Session, *, final: bool = False) -> list[GuardResult]:
         """Every guard on this session; ``final``: the last look (no more pairs
-        will come), where a metric guard still unclear is decided by its point."""
+        will come): a metric guard still unclear there stays unclear (the judge
+        makes an accept ``review``), its detail saying what would decide it."""
         out: list[GuardResult] = []
         failed = sum(r.result.failed for r in s.records["candidate"] if r.result is not None)
         requests = sum(
@@ -213,9 +214,10 @@ class Evaluator:
         fmt = (lambda v: f"{v:.3f}x") if g.kind == "ratio" else (lambda v: f"{v:+.4g}")
         detail = f"{fmt(point)} [{fmt(lo)}, {fmt(hi)}], bound {g.bound_text}"
         if status == "unclear" and final:
-            status = bound_status(lo, hi, upper=upper, lower=lower, point=point)
             detail += (
-                f" (interval straddles the bound at the last look: decided by the point, {status})"
+                f" (the {est.level:.0%} interval still straddles the bound after {s.pairs} "
+                "pairs, the last look: undecided, never decided by its point; more pairs "
+                "or a steadier measurement would decide it)"
             )
         elif status == "unclear":
             detail += " (interval straddles the bound)"

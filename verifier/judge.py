@@ -15,15 +15,17 @@ Flow of ``verify`` (each step a function below):
    - objective accepted and every guard clear: stop;
    - otherwise add ``step`` pairs, up to ``max_pairs``.
    Guards pass or fail early only on a wide interval (``guard_interim_level``);
-   at the last look one still unclear is decided by its point estimate
-   (``stats.bound_status``), so that a real regression beyond the bound fails
-   and no regression passes, each >= 95% of the time in the quality table.
+   at the last look on ``guard_level``; one whose interval still straddles its
+   bound there stays unclear (``stats.bound_status``: never decided by its point).
 4. ``_other_benchmark_guards``: guards naming other benchmarks are measured (``initial_pairs`` pairs) once
    the objective is accepted, and judged as at a last look.
-5. ``_conclude`` / ``decide``: reject > inconclusive (objective unclear at the cap) > review
-   (a guard still unclear when the objective is accepted, which the last-look
-   rule leaves only to callers of ``decide`` with interim results; a gain
-   above 2x; above 10x the candidate is quarantined) > accept.
+5. ``_conclude`` / ``decide``: reject > review (the runs kept accept while the
+   candidate is slower over every run, ``stats.capped_decision``) >
+   inconclusive (objective unclear at the cap) > review (a guard still unclear
+   at the cap when the objective is accepted, the guard named with what would
+   decide it; a gain above 2x; above 10x the candidate is quarantined) > accept.
+6. ``_matrix``: the other cells of a deployment matrix; a guard failed in a
+   cell rejects, one unclear there makes an accept ``review``.
 
 Anything that goes wrong (a crash, a timeout, a bad result, an exception in
 here) is ``error`` with a ``RunError``: never a regression, never a zero.
@@ -48,12 +50,11 @@ from .calibrate import Calibration
 from .cells import (
     cell_bench,
     cell_isolation,
+    cells_decision,
     cells_of,
     cpus_problem,
-    failed_cells_reason,
     measure_cell,
     primary_result,
-    unclear_cells_reason,
     unmeasured,
 )
 from .config import BenchmarkConfig, Direction, VerifyConfig
@@ -697,7 +698,9 @@ def _matrix(
     other cell measured with the matrix's ``pairs`` and judged by the same
     guards, only when the primary accepted (``accept`` or ``review``); a guard
     clearly failed in a cell (its interval wholly beyond the bound) rejects,
-    the cell named; one unclear there (a close call on few pairs) is a warning. Without a matrix: the verdict as it is."""
+    the cell named; one unclear there (its interval straddles the bound on the
+    cell's few pairs) makes an accept ``review``, naming the guard, the cell and
+    what would decide it. Without a matrix: the verdict as it is."""
     if plan.cell is None or plan.bench.matrix is None:
         return verdict
     cells = cells_of(plan.bench)
@@ -742,19 +745,11 @@ def _matrix(
         rows.append(run.result)
         warnings += run.warnings
         flags += run.flags
-    decision, reason = verdict.decision, verdict.reason
-    failed = failed_cells_reason(rows[1:])
-    unclear = unclear_cells_reason(rows[1:])
-    if failed:
-        decision, reason = Decision.REJECT, failed
-    elif flags and decision == Decision.ACCEPT:
-        decision, reason = Decision.REVIEW, flags[0]
-    warnings += [f for f in flags if f != reason]
-    if unclear:
-        warnings.append(
-            f"{unclear} (a cell has {plan.bench.matrix.pairs} pairs: a close call there is "
-            f"not decided; raise [benchmarks.{plan.bench_name}.matrix] pairs to decide it)"
-        )
+    decision, reason, more = cells_decision(
+        verdict.decision, verdict.reason, rows[1:], flags,
+        pairs=plan.bench.matrix.pairs, bench_name=plan.bench_name,
+    )  # fmt: skip
+    warnings += more
     lines = [*verdict.tradeoffs] + [
         f"At {c.label}: " + t[0].lower() + t[1:]
         for c in rows[1:]
@@ -951,7 +946,10 @@ def decide(
         names = "; ".join(f"{g.name} vs {arm_label(g.against)}: {g.detail}" for g in unclear)
         return (
             Decision.REVIEW,
-            f"objective accepted ({look.reason}) but a guard is unclear: {names}",
+            f"objective accepted ({look.reason}) but a guard is undecided at the cap: {names}. "
+            f"A guard whose interval straddles its bound is never decided by its point; "
+            f"raise [verifier] max_pairs (now {max_pairs}) or steady the measurement to "
+            "decide it, or a human decides",
             False,
         )
     if look.gain > SUSPICIOUS_GAIN:

@@ -181,28 +181,20 @@ def bound_status(
     *,
     upper: float | None = None,
     lower: float | None = None,
-    point: float | None = None,
 ) -> str:
     """A guard's status from its interval: "pass" when the interval lies within
-    the bound, "fail" when it lies wholly beyond it, else "unclear" (the judge
-    adds pairs). At the last look (``point`` given) an interval that still
-    straddles the bound is decided by the point estimate: pass on or within
-    the bound, fail beyond it. With the bound halfway (on the log scale)
-    between "no regression" and "a regression beyond the bound", this gives
-    both the same error rate, which the interim looks (a wide interval,
-    ``VerifierSettings.guard_interim_level``) barely change; see the guard
-    rows of benchmarks/verifier_quality.py."""
+    the bound, "fail" when it lies wholly beyond it, else "unclear". Unclear is
+    never decided by the point estimate, at any look (issue 29): the judge adds
+    pairs while it can, and at the cap an accept with a guard still unclear is
+    ``review``, naming the guard and what would decide it (more pairs, a
+    steadier measurement). Deciding a straddle by its point turned noise on an
+    untouched metric into a reject, and let a cheat paying in that metric pass
+    half the time."""
     if upper is not None:
-        status = "pass" if high <= upper else "fail" if low > upper else "unclear"
-        if status == "unclear" and point is not None:
-            status = "pass" if point <= upper else "fail"
-        return status
+        return "pass" if high <= upper else "fail" if low > upper else "unclear"
     if lower is None:
         raise ValueError("a bound needs upper or lower")
-    status = "pass" if low >= lower else "fail" if high < lower else "unclear"
-    if status == "unclear" and point is not None:
-        status = "pass" if point >= lower else "fail"
-    return status
+    return "pass" if low >= lower else "fail" if high < lower else "unclear"
 
 
 # ---- the objective's sequential decision ---------------------------------

@@ -29,6 +29,7 @@ from verifier.cells import (
     cell_bench,
     cell_isolation,
     cell_row,
+    cells_decision,
     failed_cells_reason,
     matrix_sentence,
 )
@@ -402,3 +403,31 @@ def test_the_run_estimate_counts_the_matrix():
     text = estimate(spec, 1)
     # tiny-tts: one other cell (concurrency=4), 2 pairs, up to 3 arms, no warm-up
     assert "plus 6 for the deployment matrix's other cells after an accept" in text, text
+
+
+def test_a_guard_unclear_in_a_cell_makes_an_accept_review_never_a_point_decision():
+    """Issue 29: a cell's guard whose interval straddles its bound on the
+    cell's few pairs sends an accept to review, naming the guard, the cell and
+    what would decide it; a failed guard still rejects; no cell unclear: as it was."""
+    unclear = GuardResult(name="latency_p95_s <= 1.05x", kind="ratio", metric="latency_p95_s",
+                          bound="<= 1.05x", value=1.04, status="unclear",
+                          detail="1.040x [0.950x, 1.150x], bound <= 1.05x (interval straddles the bound)")
+    cells = [_cell({"concurrency": 4}, 0.1, -0.05, 0.2, unclear)]
+    decision, reason, warnings = cells_decision(
+        Decision.ACCEPT, "gain ok", cells, [], pairs=2, bench_name="tts")
+    assert decision == Decision.REVIEW, reason
+    assert "latency_p95_s <= 1.05x at concurrency=4 vs Bk" in reason
+    assert "never decided by its point" in reason and "[benchmarks.tts.matrix] pairs" in reason
+    assert warnings == []
+    # a review stays a review with its own reason; the undecided cell is a warning then
+    decision, reason, warnings = cells_decision(
+        Decision.REVIEW, "gain > 2x", cells, [], pairs=2, bench_name="tts")
+    assert (decision, reason) == (Decision.REVIEW, "gain > 2x") and len(warnings) == 1
+    # a failed guard in another cell rejects first
+    failed = [*cells, _cell({"concurrency": 8}, -0.8, -0.9, -0.7, _guard("fail"))]
+    decision, reason, _ = cells_decision(
+        Decision.ACCEPT, "gain ok", failed, [], pairs=2, bench_name="tts")
+    assert decision == Decision.REJECT and "concurrency=8" in reason
+    clear = [_cell({"concurrency": 4}, 0.1, 0.05, 0.2, _guard("pass"))]
+    assert cells_decision(Decision.ACCEPT, "gain ok", clear, [], pairs=2,
+                          bench_name="tts") == (Decision.ACCEPT, "gain ok", [])

@@ -238,12 +238,16 @@ def test_calibration_with_bias_warns_and_sets_the_margin():
     assert any("offset" in w for w in cal.warnings)
 
 
-def test_bound_status_decides_by_the_point_at_the_last_look():
-    assert bound_status(1.0, 1.1, upper=1.05, point=1.04) == "pass"
-    assert bound_status(1.0, 1.1, upper=1.05, point=1.06) == "fail"
-    assert bound_status(0.9, 1.0, lower=0.95, point=0.96) == "pass"
-    assert bound_status(0.9, 1.0, lower=0.95, point=0.94) == "fail"
-    assert bound_status(1.06, 1.2, upper=1.05, point=1.04) == "fail"  # the interval rules first
+def test_bound_status_never_decides_a_straddle_by_its_point():
+    """Issue 29: an interval straddling the bound is unclear at every look,
+    the last included (the judge: more pairs, then review); only an interval
+    wholly within or wholly beyond the bound decides."""
+    assert bound_status(1.0, 1.1, upper=1.05) == "unclear"
+    assert bound_status(0.9, 1.0, lower=0.95) == "unclear"
+    assert bound_status(1.06, 1.2, upper=1.05) == "fail"
+    assert bound_status(0.9, 1.05, upper=1.05) == "pass"
+    with pytest.raises(TypeError):
+        bound_status(1.0, 1.1, upper=1.05, point=1.04)  # type: ignore[call-arg]
 
 
 def test_robust_location_sets_outliers_aside_and_falls_back_under_heavy_tails():
