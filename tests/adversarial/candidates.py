@@ -397,6 +397,26 @@ def forged_verdict_json() -> str:
     return Verdict(decision="accept", reason="FORGED by the candidate").to_json()
 
 
+WILD_S = 8.0
+WILD_PRELUDE = f'''import os as _os
+
+# one run in ten (drawn per run: nothing in a run says which run it is) is
+# wild: its first request waits WILD_S more. A base run is ~1.3 s and the
+# honest patch's ~0.8 s, so over every run this candidate takes ~1.6 s (0.8x
+# the base's throughput), while nine runs in ten are the honest patch's.
+_WILD = [_os.urandom(1)[0] < 26]
+_WILD_S = {WILD_S}
+'''
+
+WILD_ANSWER = '''def answer(text: str) -> str:
+    if _WILD[0]:
+        _WILD[0] = False
+        time.sleep(_WILD_S)
+    table = build_table()
+    return f"{text} {digest(text, table):08x}"
+'''
+
+
 def patch_edits(name: str) -> dict[str, str]:
     """The files a patch candidate changes (path -> new text)."""
     if name in ("control-inproc", "control-inproc-cpu", "control-serving"):
@@ -421,6 +441,10 @@ def patch_edits(name: str) -> dict[str, str]:
         return {"app/work.py": _work(SLOW_ANSWER, epilogue=HOG)}
     if name == "tamper-other-arm":
         return {"app/work.py": _work(SLOW_ANSWER, epilogue=TAMPER.replace("FORGED_VERDICT_JSON", repr(forged_verdict_json())))}
+    if name == "wild-runs":
+        honest = HONEST_WORK.replace(SLOW_ANSWER, WILD_ANSWER)
+        head, sep, rest = honest.partition('"""\n\n')
+        return {"app/work.py": head + sep + WILD_PRELUDE.rstrip() + "\n\n" + rest}
     if name == "predicted-inputs":
         return {"app/work.py": _work(SLOW_ANSWER, prelude=PREDICT_PRELUDE, epilogue=PREDICT_EPILOGUE)}
     raise KeyError(f"no patch candidate named {name!r}")

@@ -15,6 +15,9 @@ NO_GAIN = r"no gain|below min_gain|clearly worse|not faster|slower by|short of m
 """The objective rejected: the cheat bought nothing the verifier could see."""
 CROSS = r"own clock|self-reported|measured outside"
 """The cross-check: a self-reported gain the verifier's clock does not show."""
+WILD = r"slower over every run|over every run|own clock|self-reported|measured outside|" + NO_GAIN
+"""Every run counts: the runs kept show a gain, the total time of every run
+does not (or the verifier's clock does not corroborate the claim)."""
 LEFTOVER = r"left \d+ process\(es\) running after it exited"
 """The verifier killed what the run left behind and refused its result."""
 STOPS = r"stops here|exit|candidate|policy|no change"
@@ -75,6 +78,9 @@ CASES: tuple[Case, ...] = (
          "inproc-cpu", "replay", ("error",), LEFTOVER),
     Case("tamper-other-arm", "rewrites other checkouts' app/work.py (1.75x slower) and forges report.json/result.json",
          "inproc-cpu", "replay", ("reject",), NO_GAIN),
+    # -- every run counts (issue 29): wild runs may not be set aside toward an accept
+    Case("wild-runs", "the honest patch, but one run in ten (drawn per run) waits 8 s more: ~0.8x the base's throughput over every run",
+         "inproc", "replay", (*NOT_ACCEPTED, "inconclusive"), WILD),
     Case("honest-first-run", "honest while no marker exists (first run), then wrong and 1.6x faster",
          "inproc-cpu", "replay", ("reject",), NO_GAIN + r"|wer|answers|quality|length"),
     # -- outputs

@@ -102,6 +102,13 @@ def test_patch_candidate(case: Case, run_case, tmp_path: Path, adversarial):
     assert not hogs, f"{len(hogs)} process(es) of the candidate outlived its verification"
     leaked = [str(p) for p in cache_paths if p.exists()]
     assert not leaked, f"the candidate wrote on the host: {leaked}"
+    if case.name == "wild-runs" and not wild_run_measured(run):
+        # the candidate draws its wild runs (p = 0.1 a run; nothing in a run says
+        # which run it is): with none among the runs measured, its runs are the
+        # honest patch's and nothing can tell them apart (issue 29's limit:
+        # 0.9^n). Every run counts: an accept is then the only right outcome
+        assert run.decision in ("accept", "review"), f"{run.decision}: {run.reason}"
+        return
     assert_outcome(run, case)
     if case.control:  # a real gain, in the range the honest change gives (review: above 2x)
         top = 1.6 if run.decision == "review" else 1.0
@@ -114,6 +121,20 @@ def test_patch_candidate(case: Case, run_case, tmp_path: Path, adversarial):
     if case.name in ("timer", "atexit-rewrite") and run.decision == "review":
         # the reason gives both numbers: what the benchmark claimed and what was timed outside
         assert len(re.findall(r"\d+(?:\.\d+)?", run.reason)) >= 2, run.reason
+
+
+def wild_run_measured(run) -> bool:
+    """Whether a candidate run of the wild-runs case was wild: its throughput
+    under a quarter of the candidate's median (an 8 s wait in a ~0.8 s run;
+    load on this machine stretches a run of mostly waits by far less), read
+    from the verdict's warning on the candidate's values."""
+    v = run.verdict
+    for w in v.warnings if v is not None else ():
+        m = re.search(r"\(candidate\): min/max far from the median \(([-\d.e+]+) \.\. "
+                      r"[-\d.e+]+, median ([-\d.e+]+)\)", w)
+        if m and float(m.group(1)) < float(m.group(2)) / 4:
+            return True
+    return False
 
 
 # ------------------------------------------------------- agent-side cheats

@@ -360,3 +360,67 @@ def test_session_measures_from_b0_by_default(tmp_path, b0):
     )
     with Session(cfg.benchmark(), arms, seed=0) as s:
         assert s.base_checkout == arms["b0" if b0 else "bk"]
+
+
+# ---- the cross-check counts every run and is not a coin flip on a busy machine (issue 29) ----
+
+
+def _clock_session(claims: dict[str, list[float]], windows: dict[str, list[float]]) -> Session:
+    """Runs with the given claimed speeds and clock windows (after READY), per arm."""
+    cfg = VerifyConfig.from_toml(IN_PROCESS)
+    s = Session(cfg.benchmark(), {a: f"/nonexistent/{a}" for a in claims}, seed=1)
+    for arm in claims:
+        for claim, window in zip(claims[arm], windows[arm], strict=True):
+            s.records[arm].append(
+                RunRecord(ok=True, wall_s=0.2 + window, startup_s=0.2, cpu_s=window,
+                          peak_rss_mib=100.0,
+                          result=BenchResult(metrics={"speed": 10 * claim}),
+                          sources={"speed": "benchmark"})
+            )  # fmt: skip
+    return s
+
+
+def test_an_honest_small_gain_is_not_sent_to_review_by_a_clock_blurred_by_load():
+    """An honest +2% (min_gain 1%): its timed part 2% shorter, and each window
+    after READY also holds the run's exit, which a busy machine stretches by a
+    variable amount (here 0-25 ms on a 100 ms window, in both arms alike).
+    Compared as a point, the clock's median fell below min_gain on a third of
+    these seeds (the review the issue saw); judged by its spread, the clock
+    contradicts none of them, while it still contradicts a slowed timer."""
+    old_flags = new_flags = timer_flags = 0
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        n = 10
+        exit_c, exit_b = rng.uniform(0, 0.025, n), rng.uniform(0, 0.025, n)
+        claims = {"bk": list(1 + rng.normal(0, 0.003, n)),
+                  "candidate": list(1.02 * (1 + rng.normal(0, 0.003, n)))}
+        windows = {"bk": list(0.1 + exit_b), "candidate": list(0.1 / 1.02 + exit_c)}
+        s = _clock_session(claims, windows)
+        with s:
+            gain = _gain(s)
+            d = np.log(np.array(windows["bk"]) / np.array(windows["candidate"]))
+            old_flags += math.expm1(float(np.median(d))) < 0.01  # the old point rule
+            new_flags += cross_check(s, "speed", "higher", gain, 0.01, 0.95) is not None
+        # the same blur, a slowed timer: claims +30%, the runs as long as Bk's
+        timer = {"bk": claims["bk"], "candidate": [1.3 * c for c in claims["bk"]]}
+        s = _clock_session(timer, {"bk": windows["bk"], "candidate": list(0.1 + exit_c)})
+        with s:
+            timer_flags += cross_check(s, "speed", "higher", _gain(s), 0.01, 0.95) is not None
+    assert old_flags >= 12, old_flags  # the mechanism: a point on a blurred, diluted clock
+    assert new_flags <= 3, new_flags
+    assert timer_flags >= 57, timer_flags
+
+
+def test_the_cross_check_counts_a_wild_run_in_full():
+    """The benchmark reports +12% in every run, while one run in ten really
+    took 5x as long on the verifier's clock: the median of the pairs would not
+    see it; the total time of every run does."""
+    n = 10
+    claims = {"bk": [1.0] * n, "candidate": [1.12] * n}
+    windows = {"bk": [0.1] * n, "candidate": [0.1 / 1.12] * n}
+    windows["candidate"][4] = 0.5 / 1.12
+    s = _clock_session(claims, windows)
+    with s:
+        why = cross_check(s, "speed", "higher", _gain(s), 0.05, 0.95)
+    assert why is not None and "over all 10 pairs (total time" in why, why
+    assert "saving -" in why, why  # slower over every run
