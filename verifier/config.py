@@ -379,7 +379,9 @@ class VerifierSettings(_Model):
     """Confidence level of the descriptive intervals (metrics table)."""
     guard_level: float = Field(0.90, gt=0.5, lt=1)
     """Guards at the last look: a 90% interval; pass when it lies within the
-    bound, fail when wholly beyond, else decided by the point estimate."""
+    bound, fail when wholly beyond; still straddling it (at the cap): the
+    guard is unclear and an accept goes to ``review``, never decided by the
+    point estimate."""
     guard_interim_level: float = Field(0.98, gt=0.5, lt=1)
     """Guards at earlier looks: pass or fail early only when this wider
     interval lies within or wholly beyond the bound (else: more pairs)."""

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from verifier.calibrate import Calibration
 from verifier.config import VerifyConfig
 from verifier.fingerprint import collect
-from verifier.judge import verify
+from verifier.judge import decide, verify
+from verifier.stats import Design, judge_objective
+from verifier.verdict import Decision
 
 from .conftest import BASE_WORK, CONFIG
 
@@ -136,3 +142,19 @@ def test_an_exception_inside_the_verifier_is_an_error_verdict(checkout, monkeypa
         v.decision == "error" and v.error.stage == "verifier" and "disk on fire" in v.error.message
     )
     assert "Traceback" in v.error.stderr_tail
+
+
+def test_decide_sends_a_candidate_slower_over_every_run_to_review_at_the_cap():
+    """Issue 29: the kept pairs show +12%, every run together shows a loss (one
+    run in ten 5x slower): at the cap a human looks, with both numbers."""
+    rng = np.random.default_rng(7)
+    n = 20
+    b, c = rng.normal(0, 0.03, n), rng.normal(-math.log(1.12), 0.03, n)
+    c[[3, 13]] += math.log(5.0)
+    look = judge_objective(b - c, min_gain=0.05, design=Design.from_schedule(6, 2, n),
+                           levels=b + c, prior_level_sd=0.03 * math.sqrt(2))
+    assert look.finding == "every" and look.every_gain < 0 < look.gain
+    decision, reason, quarantined = decide(look, [], n, min_gain=0.05)
+    assert decision == Decision.REVIEW and not quarantined
+    assert reason.startswith("the candidate is slower over every run: -")
+    assert f"the cap of {n}" in reason and "never counts toward an accept" in reason
