@@ -311,8 +311,16 @@ def _guard_rate(ratio: float, trials: int, seed: int) -> dict[str, float]:
 
 
 def test_default_tail_guard_error_rates_on_fixed_seeds():
-    assert _guard_rate(1.0, 20, seed=1_000)["pass"] >= 0.95  # no regression passes
-    assert _guard_rate(1.21, 20, seed=2_000)["fail"] >= 0.95  # the bound squared fails
+    """Issue 29: a straddle at the cap is review, never decided by its point:
+    no regression never fails and the bound squared passes only where an
+    interim look clears it (as before); what the
+    interval leaves open is unclear (the quality table counts it as review:
+    at guard_level 0.90 about 17-19% of honest candidates on this statistic,
+    p95 of 16 requests a run)."""
+    ok = _guard_rate(1.0, 20, seed=1_000)
+    assert ok["fail"] == 0 and ok["pass"] >= 0.5, ok
+    bad = _guard_rate(1.21, 20, seed=2_000)
+    assert bad["pass"] <= 0.05 and bad["fail"] >= 0.5, bad  # 1 of 20 passed at an interim look
 
 
 # ---- quality.evaluate: one guard on two snapshots -------------------------------------
