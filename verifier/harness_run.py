@@ -9,7 +9,8 @@ checkout is imported into it). It is two programs in one text:
 
 * :func:`parent` (the timer): drops its dumpable flag (so no process of the
   same user may ptrace it or read its ``/proc/<pid>/{mem,environ,fd}``),
-  takes its per-run key from the environment and removes it, starts the
+  takes its per-run key from the environment and zeroes it there (and the
+  hidden inputs) in its original environment block, starts the
   worker with an environment without the key, the hidden inputs or the
   result paths, waits until the worker has loaded the entry point, prints
   ``RSI_HARNESS_READY`` (the verifier times ``startup_s`` to it from
@@ -115,6 +116,26 @@ def _undumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
+def _scrub(names: set[str]) -> None:
+    """Zero the values of ``names`` in this process's original environment
+    block, which ``/proc/<pid>/environ`` shows (removing them from
+    ``os.environ`` leaves that memory as it was): even a process that may read
+    this one's /proc (root, in a trusted process run) does not find the key
+    or a hidden input there."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    strings = ctypes.POINTER(ctypes.c_char_p).in_dll(libc, "environ")
+    addrs = ctypes.cast(strings, ctypes.POINTER(ctypes.c_void_p))
+    i = 0
+    while strings[i]:
+        entry = strings[i] or b""
+        name = entry.split(b"=", 1)[0].decode("utf-8", "replace")
+        if name in names:
+            ctypes.memset((addrs[i] or 0) + len(name) + 1, 0, len(entry) - len(name) - 1)
+        i += 1
+
+
 def _inputs(path: str) -> list[str]:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
@@ -167,10 +188,11 @@ def parent(src: str) -> None:
     import time
 
     _undumpable()
+    hidden = [n for n in os.environ.get("RSI_HARNESS_HIDDEN", "").split(",") if n]
+    _scrub({KEY_ENV, "RSI_SEED", *hidden})
     key = os.environ.pop(KEY_ENV, "")
     if len(key) < 32:
         _fail(f"no per-run key in {KEY_ENV}: only the verifier starts this harness")
-    hidden = [n for n in os.environ.pop("RSI_HARNESS_HIDDEN", "").split(",") if n]
     entry = os.environ.pop("RSI_HARNESS_ENTRY", "")
     inputs_path = os.environ.pop("RSI_HARNESS_INPUTS", "")
     requests = int(os.environ.pop("RSI_HARNESS_REQUESTS", "16"))
@@ -197,10 +219,13 @@ def parent(src: str) -> None:
     os.close(ans_w)
     try:
         loaded = _recv(ans_r)
-        if loaded is None or loaded[0] != b"L":
+        if loaded is None:
             child.wait()
             _fail(f"the entry point {entry} could not be loaded (its process exited with "
                   f"status {child.returncode}; see its stderr above)")
+        if loaded[0] != b"L" or loaded[1]:
+            _fail("an answer that was not to the request sent (a frame before the entry point "
+                  "was loaded)")
         clock = time.perf_counter
         start = clock()
         print(READY, flush=True)
