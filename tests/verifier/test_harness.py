@@ -283,3 +283,70 @@ def test_in_a_container_a_rewrite_by_a_process_the_candidate_left_is_an_error(tm
         assert ("MAC does not match" in rec.error or "process(es) running" in rec.error), rec.error
     finally:
         iso.close()
+
+
+# ---- whole verifications (serial: their decisions rest on measured time) ---------------------
+
+GEN = """
+import time
+def generate(prompt):
+    time.sleep({s})
+    return prompt[::-1]
+"""
+HARNESS_TASK = _config(requests=6, extra='[[guards]]\nmetric = "startup_s"\nmax_ratio = 3.0\n')
+
+
+@pytest.mark.serial
+def test_an_honest_in_process_speedup_timed_by_the_harness_is_accepted(tmp_path):
+    """1.5x less time per call (sleep-bound: the load of the machine barely
+    moves it), identical outputs: accepted on the harness's measurement,
+    and nothing in the verdict calls the objective self-reported."""
+    from harness.report import render_markdown_report
+    from verifier.judge import verify
+
+    cfg = VerifyConfig.from_dict({**HARNESS_TASK.model_dump(exclude_defaults=True),
+                                  "objective": {"benchmark": "m", "metric": "throughput",
+                                                "min_gain": 0.2}})
+    base = _repo(tmp_path / "bk", GEN.format(s=0.045))
+    cand = _repo(tmp_path / "cand", GEN.format(s=0.03))
+    v = verify(base, cand, cfg)
+    assert v.decision == "accept", (v.decision, v.reason, v.warnings)
+    src = {m.name: m.source for m in v.metrics}
+    assert src["throughput"] == "harness" and src["startup_s"] == "verifier"
+    assert not any("self-reported" in w for w in v.warnings)
+    text = render_markdown_report(v)
+    assert "Self-reported objective" not in text and "timing harness" in text
+
+
+@pytest.mark.serial
+def test_a_self_reported_objective_is_said_so_in_the_verdict_and_the_report(tmp_path):
+    """The minimal form: the objective names what the benchmark process reports.
+    Allowed (a maintainer wrote it), and every verdict and report say so."""
+    from harness.report import render_markdown_report
+    from verifier.judge import verify
+
+    bench = ("import json, os, time\nt = time.perf_counter()\ntime.sleep({s})\n"
+             "json.dump({{'metrics': {{'speed': 1 / (time.perf_counter() - t)}}}}, "
+             "open(os.environ['RSI_RESULT'], 'w'))\n")
+    repos = []
+    for name, s in (("bk", 0.03), ("cand", 0.06)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "bench.py").write_text(bench.format(s=s))
+        repos.append(tmp_path / name)
+    import sys
+
+    cfg = VerifyConfig.from_toml(textwrap.dedent(f"""
+        [benchmarks.loop]
+        command = "{sys.executable} bench.py"
+        [benchmarks.loop.metrics]
+        speed = "higher"
+        [objective]
+        benchmark = "loop"
+        metric = "speed"
+        min_gain = 0.05
+    """))
+    v = verify(repos[0], repos[1], cfg)
+    assert v.decision == "reject", (v.decision, v.reason)
+    assert v.warnings[0].startswith("the objective speed is self-reported (the config names"), v.warnings
+    text = render_markdown_report(v)
+    assert "**Self-reported objective**: speed is reported by the candidate's own process" in text
