@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 NONCE = 16
 MAX_FRAME = 16 << 20
@@ -147,7 +148,7 @@ def _inputs(path: str) -> list[str]:
     return [line for line in data.decode("utf-8").splitlines() if line.strip()]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"rsi harness: {message}", file=sys.stderr, flush=True)
     raise SystemExit(3)
 
@@ -162,7 +163,6 @@ def _call(rfd: int, wfd: int, prompt: str, clock) -> tuple[bytes, float, float, 
         frame = _recv(rfd)
         if frame is None:
             _fail("the entry point's process ended in the middle of a request")
-        assert frame is not None
         kind, payload = frame
         if payload[:NONCE] != nonce or kind not in (b"C", b"E", b"X"):
             _fail("an answer that was not to the request sent (a wrong nonce or frame)")
