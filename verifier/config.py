@@ -239,8 +239,8 @@ class BenchmarkConfig(_Model):
             out.append(f"{where}: give either command (in-process) or serve + client, not both")
         elif self.command is None and not (self.serve and self.client):
             out.append(
-                f"{where}: give command (an in-process benchmark), entry (a function the "
-                "verifier's harness times) or serve and client (a serving benchmark)"
+                f"{where}: give command (an in-process benchmark) or serve and client (a "
+                "serving benchmark), or entry (a function the verifier's harness times)"
             )
         if self.serve and not (self.ready_pattern or self.ready_path):
             out.append(
