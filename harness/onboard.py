@@ -319,7 +319,8 @@ def render_config(a: InitAnswers) -> str:
         "# What to improve, and the smallest gain worth a pull request (0.05 = 5%).",
         "[objective]",
         f"benchmark = {_s(a.benchmark)}",
-        f"metric = {_s(a.objective)}",
+        f"metric = {_s(a.objective)}" + ("                  # the run's time on the verifier's clock"
+                                          if a.objective == "wall_s" else ""),
         f"min_gain = {a.min_gain!r}",
         *(["self_reported = true                 # the benchmark's own process reports it: "
            "every verdict says so"] if a.self_reported else []),
@@ -362,8 +363,8 @@ def _external_lines(a: InitAnswers) -> list[str]:
             "# measured outside the candidate (a server cannot report its own speed)."]
            if a.client else
            [f"# The objective is {a.objective}, measured by the verifier from outside the run: the",
-            "# benchmark's own numbers run in the candidate's process, so they are guards and",
-            "# table rows, never the objective. To improve one of them, time your function",
+            "# benchmark's own numbers come from the candidate's process, so they are guards",
+            "# and table rows, never the objective. To improve one of them, time your function",
             "# with the verifier's harness instead (docs/writing-a-benchmark.md: entry).",
             "# Accepting a self-report takes self_reported = true under [objective] and",
             "# require_external = false; every verdict then says the objective was self-reported."])
