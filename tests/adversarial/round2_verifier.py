@@ -14,9 +14,10 @@ base text so they always apply.
   candidate server that says ``fast`` and answers every request twice (2x
   slower): through the edited client, +60%;
 * ``self-report``: a real speedup far below ``min_gain`` (the table reused
-  every sixth request, ~8%) under a timer that runs at 80% (claims ~+35%,
-  inside ``min_gain`` and 2x) whose real saving also passes the old
-  wall-clock cross-check (it wants ~5% of the window for a +35% claim): under
+  every sixth request: 10-20%, as the table's share of a request goes) under
+  a timer that runs at 75% (claims ~+50%, inside ``min_gain`` and 2x) whose
+  real saving also passes the old wall-clock cross-check (it wants ~7% of the
+  window for a +50% claim): under
   the config ``rsi init`` wrote before issue 29 (the benchmark's own
   throughput, ``require_external = false``) it was accepted; under the one it
   writes now (:func:`init_config`), the objective is measured by code the
@@ -144,7 +145,7 @@ def edits(name: str) -> tuple[dict[str, str], dict[str, str]]:
     if name == "edited-client":
         return {"bench/client.py": EDITED_CLIENT}, {"app/server.py": FAST_SAYING_SERVER}
     if name.startswith("self-report"):
-        return PROMPTS, {"app/work.py": _work(SOME_REUSE_ANSWER, epilogue=TIMER.replace("0.6", "0.8"))}
+        return PROMPTS, {"app/work.py": _work(SOME_REUSE_ANSWER, epilogue=TIMER.replace("0.6", "0.75"))}
     if name.startswith("honest"):
         return PROMPTS, {"app/work.py": HONEST_WORK}
     raise KeyError(f"no round-2 verifier case named {name!r}")
