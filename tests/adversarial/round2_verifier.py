@@ -19,7 +19,9 @@ base text so they always apply.
   real saving also passes the old wall-clock cross-check (it wants ~7% of the
   window for a +50% claim): under
   the config ``rsi init`` wrote before issue 29 (the benchmark's own
-  throughput, ``require_external = false``) it was accepted; under the one it
+  throughput, ``require_external = false``) only the cross-check stood in its
+  way (here it sent it to review, 2 of 2; issue 29's synthetic benchmark, an
+  untimed part shortened, got past it); under the one it
   writes now (:func:`init_config`), the objective is measured by code the
   candidate cannot change: ``command`` (``rsi init --yes`` on a repo whose
   benchmark is ``bench/run.py``: ``wall_s`` on the verifier's clock) and

@@ -55,7 +55,7 @@ CASES = (
            "'fast'; the candidate's server says so and is 2x slower (+60% through that client)", "serving",
            ("reject",), NO_GAIN, b0=True),
     Round2("self-report", "a real 10-20% speedup under a timer at 75% (claims ~+50%; under rsi "
-           "init's old self-reported default the cross-check let it through): rsi init's config now, wall_s on the verifier's clock",
+           "init's old self-reported default only the cross-check stood in its way): rsi init's config now, wall_s on the verifier's clock",
            "inproc", ("reject", "inconclusive"), NO_GAIN + r"|still unclear", init="command"),
     Round2("self-report-entry", "the same under rsi init --scaffold inprocess: the verifier's harness "
            "times app.work:answer in a worker process, where the slowed clock is", "inproc",
