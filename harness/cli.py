@@ -244,6 +244,9 @@ def init_cmd(
     entry: str | None = typer.Option(None, "--entry", help="inprocess: package.module:function (prompt -> output)."),
     install: str = typer.Option("", "--install", help="pip requirement the workflows install rsi-bot "
                                 "from (default: the repository variable RSI_INSTALL)."),
+    self_reported: bool = typer.Option(False, "--self-reported", help="Accept an --objective that the "
+                                       "benchmark's own process reports (the candidate's code runs there; "
+                                       "every verdict then says so). Default: the verifier measures it."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing: take the flags and what is detected."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
@@ -252,9 +255,11 @@ def init_cmd(
     from harness.onboard import (
         InitAnswers,
         InitError,
+        default_objective,
         detect,
         next_steps,
         render_files,
+        self_report_refusal,
         source_examples,
         write_files,
     )
@@ -291,9 +296,16 @@ def init_cmd(
         raw = typer.prompt("Metrics (NAME=higher|lower, comma-separated)",
                            default=",".join(f"{k}={v}" for k, v in metrics.items()) or None)
         metrics = _metric_option([x for x in raw.split(",") if x.strip()])
-    objective = objective or next(iter(metrics), "")
+    client = found.client
+    objective = objective or default_objective(metrics, client)
     if ask:
-        objective = str(typer.prompt("Objective metric", default=objective or None))
+        objective = str(typer.prompt("Objective metric (wall_s: the run's time on the verifier's "
+                                     "clock)", default=objective or None))
+        if objective in metrics and not client and not self_reported:
+            typer.echo(self_report_refusal(objective).replace(" with --self-reported", ""))
+            self_reported = typer.confirm("Accept this self-reported objective?", default=False)
+            if not self_reported:
+                objective = default_objective(metrics, client)
         min_gain = typer.prompt("Smallest gain worth a PR (0.05 = 5%)", default=min_gain, type=float)
         device = typer.prompt("Runner device (cpu, cuda or npu)", default=device)
     if device not in ("cpu", "cuda", "npu"):
@@ -310,7 +322,7 @@ def init_cmd(
                           samples=dict(found.samples) if command == found.command or found.client else {},
                           outputs=list(found.outputs) if command == found.command or found.client else [],
                           min_gain=min_gain, device=cast(Literal["cpu", "cuda", "npu"], device),
-                          client=found.client, agent=agent,
+                          client=client, agent=agent, self_reported=self_reported,
                           examples=source_examples(repo), install=install)
     try:
         written = write_files(repo, render_files(answers), force=force)
@@ -347,7 +359,7 @@ def _init_scaffold(repo: Path, *, scaffold: str, serve: str, entry: str, endpoin
     if sc.ready_path is None and not sc.ready_pattern:
         sc.ready_path = "/health"
     cmd = f"python {BENCH_DIR}/{'client' if scaffold == 'serving' else 'bench'}.py"
-    answers = InitAnswers(command=cmd, metrics={"throughput": "higher"}, objective="throughput",
+    answers = InitAnswers(command=cmd, metrics={"throughput": "higher"}, objective="wall_s",
                           benchmark=benchmark, device=device, agent=agent,  # type: ignore[arg-type]
                           examples=source_examples(repo), install=install)
     try:

@@ -44,6 +44,26 @@ class InitError(ValueError):
     """Init cannot go on; the message says what to do."""
 
 
+VERIFIER_OBJECTIVES = ("wall_s", "cpu_s")
+"""Objectives the verifier measures itself from outside the run (its clock, the
+run's cgroup): what ``rsi init`` makes an in-process command's objective."""
+
+
+def default_objective(metrics: dict[str, str], client: str | None) -> str:
+    """What ``rsi init --yes`` improves: the first metric a protected client
+    reports, else the run's wall time on the verifier's clock (``wall_s``):
+    never a number the candidate's process reports about itself."""
+    return next(iter(metrics), "wall_s") if client else "wall_s"
+
+
+def self_report_refusal(metric: str) -> str:
+    return (f"the objective {metric!r} is reported by the benchmark's own process, where the "
+            "candidate's code runs: a candidate could report any number. Leave --objective "
+            "out (the verifier's clock: wall_s), time your function with the verifier's harness "
+            "(rsi init --scaffold inprocess --entry package.module:function), or accept the "
+            "self-report with --self-reported (every verdict then says so)")
+
+
 def release_ref() -> str:
     """The tag of this release (``v`` + the package version): the reusable
     workflow and installs are pinned to it (see docs/getting-started.md)."""
@@ -88,6 +108,11 @@ class InitAnswers:
     """The repo's load generator (:attr:`Detected.client`): ``command`` is then the
     server (``serve``), and the objective must come from outside the candidate
     (``require_external = true``)."""
+    self_reported: bool = False
+    """The maintainer accepts an objective that the benchmark's own process
+    reports (``--self-reported``): written as ``self_reported = true``. Without
+    it, an in-process command's objective is one the verifier measures
+    (:data:`VERIFIER_OBJECTIVES`) and ``require_external = true`` (issue 29)."""
     editable: list[str] = field(default_factory=lambda: ["**"])
     device: Literal["cpu", "cuda", "npu"] = "cpu"
     ref: str = field(default_factory=release_ref)
@@ -112,9 +137,15 @@ class InitAnswers:
                 out.append(f"metric name {m!r}: use letters, digits and '_'")
             if d not in ("higher", "lower"):
                 out.append(f"metric {m}: direction must be higher or lower, not {d!r}")
-        if self.objective not in self.metrics:
+        if self.objective not in self.metrics and self.objective not in VERIFIER_OBJECTIVES:
             out.append(f"the objective {self.objective!r} is not one of the metrics "
-                       f"({', '.join(self.metrics) or 'none'})")
+                       f"({', '.join(self.metrics) or 'none'}) nor one the verifier measures "
+                       f"({', '.join(VERIFIER_OBJECTIVES)})")
+        elif self.objective in self.metrics and not self.client and not self.self_reported:
+            out.append(self_report_refusal(self.objective))
+        if self.self_reported and (self.client or self.objective not in self.metrics):
+            out.append(f"--self-reported: the objective {self.objective!r} is not reported by "
+                       "the benchmark's own process; leave the flag out")
         if not 0 <= self.min_gain <= 10:
             out.append(f"min_gain {self.min_gain} is outside 0..10 (0.05 means 5% better)")
         if self.agent == "tuner":
@@ -288,8 +319,11 @@ def render_config(a: InitAnswers) -> str:
         "# What to improve, and the smallest gain worth a pull request (0.05 = 5%).",
         "[objective]",
         f"benchmark = {_s(a.benchmark)}",
-        f"metric = {_s(a.objective)}",
+        f"metric = {_s(a.objective)}" + ("                  # the run's time on the verifier's clock"
+                                          if a.objective == "wall_s" else ""),
         f"min_gain = {a.min_gain!r}",
+        *(["self_reported = true                 # the benchmark's own process reports it: "
+           "every verdict says so"] if a.self_reported else []),
         "",
         "# Guards: how much worse any other metric may get (checked against the current",
         "# baseline and the task's first one). The verifier also adds default guards on",
@@ -301,9 +335,7 @@ def render_config(a: InitAnswers) -> str:
         *_guard_lines(a),
         *_quality_lines(a),
         "",
-        *(["# This repo has a load generator: the objective and the required guards must be",
-            "# measured outside the candidate (a server cannot report its own speed).",
-            "[verifier]", "require_external = true", ""] if a.client else []),
+        *_external_lines(a),
         "# What an agent may change. .rsi/** and .github/** are always protected, and so",
         "# is every file a benchmark command names. Globs use .gitignore rules.",
         "[policy]",
@@ -322,6 +354,21 @@ def render_config(a: InitAnswers) -> str:
         *_runner_lines(a),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _external_lines(a: InitAnswers) -> list[str]:
+    if a.self_reported:
+        return []
+    why = (["# This repo has a load generator: the objective and the required guards must be",
+            "# measured outside the candidate (a server cannot report its own speed)."]
+           if a.client else
+           [f"# The objective is {a.objective}, measured by the verifier from outside the run: the",
+            "# benchmark's own numbers come from the candidate's process, so they are guards",
+            "# and table rows, never the objective. To improve one of them, time your function",
+            "# with the verifier's harness instead (docs/writing-a-benchmark.md: entry).",
+            "# Accepting a self-report takes self_reported = true under [objective] and",
+            "# require_external = false; every verdict then says the objective was self-reported."])
+    return [*why, "[verifier]", "require_external = true", ""]
 
 
 _AGENT_ENV = {"mini-swe-agent": "OPENAI_API_KEY", "aider": "OPENAI_API_KEY",

@@ -521,7 +521,21 @@ def render_summary_table(verdict: Verdict) -> str:
 
 
 _SOURCE_WORDS = {"verifier": "the verifier (from outside)", "client": "the protected client",
-                 "evaluator": "the protected evaluator", "benchmark": "the candidate's own process"}
+                 "evaluator": "the protected evaluator",
+                 "harness": "the verifier's timing harness (from outside the entry point's process)",
+                 "benchmark": "the candidate's own process"}
+
+
+def self_reported_line(v: Verdict) -> str:
+    """A bold line when the verdict's objective was reported by the candidate's
+    own process (issue 29: a self-report is never silent), else ``""``."""
+    if v.objective is None:
+        return ""
+    src = next((m.source for m in v.metrics if m.name == v.objective.metric), None)
+    if src != "benchmark":
+        return ""
+    return (f"**Self-reported objective**: {inert(v.objective.metric, one_line=True)} is reported "
+            "by the candidate's own process; the verifier's clock only cross-checked the claim.")
 
 
 def _sources_note(v: Verdict | None) -> str:
@@ -905,6 +919,8 @@ def render_markdown_report(
     parts.append(f"### {_display(_clip(title, 200))}")
     parts.append(headline(v))
     parts.append(_display(_clip(v.reason, _MAX_REASON)))
+    if self_reported_line(v):
+        parts.append(self_reported_line(v))
     parts.append(comparing_line(v))
     if render_links(v, links):
         parts.append(render_links(v, links))

@@ -10,14 +10,18 @@ Pure functions of data (like :mod:`harness.onboard`, whose files it adds to):
   protected evaluator ``bench/rsi/evaluate.py`` whose outputs the config's
   quality guards compare with the baseline's; ``require_external = true``
   because a protected client exists;
-* or an **in-process** benchmark (``kind="inprocess"``): ``bench/rsi/bench.py``
-  calls the repository's inference function (``entry = "pkg.mod:fn"``) and
-  the same evaluator judges its outputs;
+* or an **in-process** benchmark (``kind="inprocess"``): the repository's
+  inference function (``entry = "pkg.mod:fn"``) called and timed by the
+  verifier's own harness (``verifier/harness.py``: the candidate cannot change
+  the code that measures it), the same evaluator judging its outputs, and
+  ``bench/rsi/bench.py``, the same calls for people and agents to run by hand;
 
 plus ``bench/rsi/prompts.txt`` (the inputs, one per line: edit them) and a
 ``.rsi/config.toml`` that is valid as written, with units, guards, quality
-guards on the outputs and an agent kind that runs. How to define metrics that
-resist gaming: docs/writing-a-benchmark.md.
+guards on the outputs and an agent kind that runs. Both write
+``require_external = true``: the objective is never the candidate's own
+report (issue 29). How to define metrics that resist gaming:
+docs/writing-a-benchmark.md.
 """
 
 from __future__ import annotations
@@ -133,10 +137,13 @@ def render_config(a: Scaffold, runner_lines: list[str]) -> str:
     else:
         bench = [
             f"[benchmarks.{b}]",
-            f'command = "python {BENCH_DIR}/bench.py"      # calls the function in settings.entry',
+            f"entry = {_s(a.entry)}   # the verifier's own harness calls it and times every call",
+            f'inputs = "{BENCH_DIR}/prompts.txt"        # read from the baseline, one input per line',
+            f"requests = {a.requests}                       # calls per run",
+            f'command = "python {BENCH_DIR}/bench.py {a.entry}"   # the same calls, by hand (you, '
+            "agents); the verifier never runs it",
             f'evaluator = "python {BENCH_DIR}/evaluate.py"   # protected: reads each run\'s saved outputs',
             "timeout_s = 600",
-            f"settings = {{ entry = {_s(a.entry)}, requests = {a.requests} }}",
         ]
     lines = [
         "#:schema https://raw.githubusercontent.com/rsi-bot/rsi-bot/main/docs/schema/rsi-config.schema.json",
@@ -148,7 +155,7 @@ def render_config(a: Scaffold, runner_lines: list[str]) -> str:
         "",
         *bench,
         "",
-        "# What the benchmark reports, and the better direction of each.",
+        "# What the " + ("client" if serving else "harness") + " reports, and the better direction of each.",
         f"[benchmarks.{b}.metrics]",
         'throughput = "higher"              # completed requests per second over the timed window',
         'output_bytes_per_s = "higher"',
@@ -193,10 +200,11 @@ def render_config(a: Scaffold, runner_lines: list[str]) -> str:
         "max_change = 0.02",
         "",
     ]
-    if serving:
-        lines += ["[verifier]",
-                  "require_external = true            # the objective comes from the protected client",
-                  ""]
+    lines += ["# The objective is measured outside the candidate's code: by "
+              + ("the protected client" if serving else "the verifier's timing harness") + ".",
+              "[verifier]",
+              "require_external = true            # refuse an objective the candidate reports itself",
+              ""]
     lines += [
         "# The benchmark's files are protected: an agent never edits what measures it.",
         "[policy]",
@@ -239,7 +247,8 @@ def next_steps(a: Scaffold) -> str:
                f"       RSI_PORT=8000 {a.serve} &\n"
                f"       RSI_SERVER_URL=http://127.0.0.1:8000 python {BENCH_DIR}/client.py")
     else:
-        run = f"  2. Run the benchmark once by hand:  python {BENCH_DIR}/bench.py"
+        run = (f"  2. Run the same calls once by hand:  python {BENCH_DIR}/bench.py {a.entry}\n"
+               "     (the verifier times them with its own harness, not with this script)")
     return f"""Next steps:
   1. Edit {BENCH_DIR}/prompts.txt: inputs like your users' (one per line).
 {run}

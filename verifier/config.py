@@ -53,7 +53,7 @@ from .qualitykinds import (
 )
 
 Direction = Literal["higher", "lower"]
-Source = Literal["verifier", "client", "evaluator", "benchmark"]
+Source = Literal["verifier", "client", "evaluator", "harness", "benchmark"]
 
 OWN_SECTIONS = ("benchmarks", "objective", "guards", "quality", "verifier", "hidden")
 
@@ -130,6 +130,21 @@ class BenchmarkConfig(_Model):
     ``metrics`` replace the run's own entries of the same name."""
     evaluator_metrics: tuple[str, ...] = ()
     """Declared metrics the evaluator reports (source ``evaluator``)."""
+    entry: str | None = None
+    """In-process benchmark timed by the verifier's own harness
+    (``verifier/harness.py``): ``package.module:function`` of the repo (a prompt
+    in; its output, or an iterable of chunks, out). The verifier calls it
+    ``requests`` times on inputs drawn from ``inputs`` and times every call from
+    outside its process: ``throughput``, ``output_bytes_per_s`` and samples
+    ``latency_s``, ``ttfa_s`` have source ``harness``, not ``benchmark``. With
+    ``entry``, ``command`` (optional) is only what people and agents run by
+    hand; the verifier never runs it."""
+    inputs: str | None = None
+    """``entry``: a file of inputs, one per line, read from B0's checkout (the
+    base the maintainer approved), never the candidate's."""
+    requests: int = Field(16, ge=1, le=10_000)
+    """``entry``: calls per run (inputs drawn from ``inputs`` with ``RSI_SEED``,
+    the same for every arm)."""
     setup: str | None = None
     """Optional shell command run once per checkout before any run."""
     timeout_s: float = Field(600.0, gt=0)
@@ -168,8 +183,17 @@ class BenchmarkConfig(_Model):
     def serving(self) -> bool:
         return self.serve is not None
 
+    @property
+    def reporter(self) -> Source:
+        """Who reports this benchmark's own metrics: the protected ``client``
+        (serving), the verifier's ``harness`` (``entry``), or the ``benchmark``
+        process, where the candidate's code runs (a self-report)."""
+        if self.serving:
+            return "client"
+        return "harness" if self.entry else "benchmark"
+
     def measured(self) -> dict[str, Direction]:
-        ready = self.ready_pattern or self.ready_path
+        ready = self.ready_pattern or self.ready_path or self.entry
         return {k: v for k, v in MEASURED.items() if k != "startup_s" or ready}
 
     def metric_source(self, metric: str) -> Source:
@@ -179,7 +203,7 @@ class BenchmarkConfig(_Model):
             return "benchmark" if metric in SELF_REPORTED_MEASURED else "verifier"
         if metric in self.evaluator_metrics:
             return "evaluator"
-        return "client" if self.serving else "benchmark"
+        return self.reporter
 
     def unit_of(self, metric: str) -> str:
         """``metric``'s unit: declared in ``units`` (a percentile takes its
@@ -209,12 +233,14 @@ class BenchmarkConfig(_Model):
             if m not in self.metrics and m not in self.samples:
                 out.append(f"{where}.units: '{m}' is not a declared metric or sample series "
                            f"of this benchmark (declared: {', '.join([*self.metrics, *self.samples]) or 'none'})")
-        if self.command is not None and (self.serve or self.client):
+        if self.entry is not None:
+            out += self._entry_problems(where)
+        elif self.command is not None and (self.serve or self.client):
             out.append(f"{where}: give either command (in-process) or serve + client, not both")
         elif self.command is None and not (self.serve and self.client):
             out.append(
                 f"{where}: give command (an in-process benchmark) or serve and client (a "
-                "serving benchmark)"
+                "serving benchmark), or entry (a function the verifier's harness times)"
             )
         if self.serve and not (self.ready_pattern or self.ready_path):
             out.append(
@@ -233,6 +259,36 @@ class BenchmarkConfig(_Model):
                 break
             if m not in self.metrics:
                 out.append(f"{where}: evaluator metric '{m}' is not declared in [{where}.metrics]")
+        return out
+
+    def _entry_problems(self, where: str) -> list[str]:
+        from .harness import ENTRY_RE, METRICS, SAMPLES
+
+        out = []
+        entry = self.entry or ""
+        if not re.fullmatch(ENTRY_RE, entry):
+            out.append(f"{where}.entry {entry!r}: write it as package.module:function")
+        if self.serve or self.client:
+            out.append(f"{where}: give entry (in-process, timed by the verifier) or serve + "
+                       "client, not both")
+        if self.ready_pattern is not None:
+            out.append(f"{where}: ready_pattern is the harness's own with entry (startup_s is "
+                       "the time until it has loaded the entry point): remove it")
+        if not self.inputs:
+            out.append(f'{where}: entry needs inputs = "path/in/the/repo.txt" (one input per line)')
+        elif self.inputs.startswith("/") or ".." in self.inputs.split("/"):
+            out.append(f"{where}.inputs {self.inputs!r}: a path inside the repository")
+        for kind, declared, known in (("metrics", self.metrics, METRICS),
+                                      ("samples", self.samples, SAMPLES)):
+            for m, d in declared.items():
+                if m in self.evaluator_metrics:
+                    continue
+                if m not in known:
+                    out.append(f"{where}.{kind}.{m}: the harness reports only "
+                               f"{', '.join(known)} (an entry benchmark reports nothing else, "
+                               "but an evaluator may: evaluator_metrics)")
+                elif d != known[m]:
+                    out.append(f"{where}.{kind}.{m}: {known[m]} is better, not {d}")
         return out
 
     def known_metrics(self) -> dict[str, Direction]:
@@ -257,6 +313,16 @@ class Objective(_Model):
     metric: str
     min_gain: float = Field(0.0, ge=0)
     """Smallest improvement worth keeping (0.02 = 2% better)."""
+    self_reported: bool | None = None
+    """``true``: the maintainer accepts an objective that the benchmark's own
+    process reports (source ``benchmark``: the candidate's code runs in it and
+    can report any number); the verifier's clock only cross-checks it, and
+    every verdict says it was self-reported. ``false``: the objective must be
+    measured outside the candidate (a config error otherwise). Unset (the
+    minimal form): whatever the metric is; a metric the benchmark reports is
+    then a self-report written by the maintainer, judged and labelled as with
+    ``true``. ``rsi init`` never writes a self-reported objective unless asked
+    (``--self-reported``)."""
 
 
 class Guard(_Model):
@@ -540,6 +606,7 @@ class VerifyConfig(_Model):
         for b in self.benchmarks.values():
             errors += b.problems()
         errors += self._external_problems()
+        errors += self._self_report_problems()
         for i, q in enumerate(self.quality):
             where = f"quality[{i}] ({q.kind})"
             bench = q.benchmark or ob.benchmark
@@ -597,6 +664,37 @@ class VerifyConfig(_Model):
                     "startup_s)"
                 )
         return out
+
+    def _self_report_problems(self) -> list[str]:
+        ob = self.objective
+        b = self.benchmarks.get(ob.benchmark)
+        if ob.self_reported is None or b is None or ob.metric not in b.known_metrics():
+            return []
+        source = b.metric_source(ob.metric)
+        if ob.self_reported and source != "benchmark":
+            return [f"objective: self_reported = true, but '{ob.metric}' is measured by the "
+                    f"{source}, not reported by the candidate's process: remove the key"]
+        if not ob.self_reported and source == "benchmark":
+            return [f"objective: '{ob.metric}' of benchmark '{ob.benchmark}' is reported by the "
+                    "benchmark's own process, where the candidate's code runs, and "
+                    "self_reported = false: time a function with the verifier's harness "
+                    '(entry = "package.module:function", inputs = ...), measure it with a '
+                    "protected client (serve + client), or use a verifier metric (wall_s, "
+                    "cpu_s); or accept the self-report with self_reported = true"]
+        return []
+
+    def self_report_note(self) -> str | None:
+        """The verdict's line when the objective is self-reported, else None."""
+        ob = self.objective
+        b = self.benchmarks.get(ob.benchmark)
+        if b is None or b.metric_source(ob.metric) != "benchmark":
+            return None
+        how = ("declared self_reported = true" if ob.self_reported
+               else "the config names a metric the benchmark reports")
+        return (f"the objective {ob.metric} is self-reported ({how}): the benchmark's own "
+                "process, where the candidate's code runs, reports it; the verifier's clock "
+                "only cross-checks the claim (time a function with the verifier's harness, "
+                "entry = ..., or a protected client to measure it instead)")
 
     # ---- queries -----------------------------------------------------
     def benchmark(self, name: str | None = None) -> BenchmarkConfig:

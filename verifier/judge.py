@@ -282,6 +282,8 @@ def _preflight(
         return _error(missing, **base)
     metric, direction = _objective_metric(config, bench_name, bench)
     margin, prior, warnings = _test_settings(config, calibration, metric)
+    if bench_name == config.objective.benchmark and (note := config.self_report_note()):
+        warnings.insert(0, note)  # issue 29: a self-reported objective is said so in every verdict
     arms: dict[str, Path] = {"bk": baseline, "candidate": candidate}
     if b0 is not None and b0.resolve() != baseline.resolve():
         arms["b0"] = b0

@@ -309,7 +309,7 @@ class Session:
             return b.metric_source(metric)
         src = self.percentile_source(metric)
         if src is not None:
-            return "client" if b.serving else "benchmark"
+            return b.reporter
         seen = {r.sources.get(metric) for recs in self.records.values() for r in recs if r.sources}
         if "evaluator" in seen:
             return "evaluator"

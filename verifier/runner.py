@@ -155,6 +155,8 @@ def _run_once(
     iso.prepare_dir(run_dir)
     if bench.serving:
         rec = _serving(bench, checkout, base, iso, hidden=hidden, drop=drop, run_dir=run_dir)
+    elif bench.entry:  # the verifier's timing harness (issue 29: verifier/harness.py)
+        rec = _harnessed(bench, checkout, base, iso, hidden=hidden, drop=drop, run_dir=run_dir)
     else:
         env = {**_common_env(bench), **hidden}
         job = Job(
@@ -170,7 +172,7 @@ def _run_once(
     if bench.ready_pattern and rec.startup_s is None:
         rec.error = f"ready_pattern {bench.ready_pattern!r} never appeared on stdout"
         return rec
-    origin = "client" if bench.serving else "benchmark"
+    origin = bench.reporter
     own = [m for m in bench.metrics if m not in bench.evaluator_metrics]
     if not _load(rec, run_dir / "result.json", own, origin):
         return rec
@@ -179,6 +181,38 @@ def _run_once(
         if rec.error:
             return rec
     rec.ok = True
+    return rec
+
+
+def _harnessed(
+    bench: BenchmarkConfig,
+    checkout: Path,
+    base: Path,
+    iso: Isolation,
+    *,
+    hidden: dict[str, str],
+    drop: tuple[str, ...],
+    run_dir: Path,
+) -> RunRecord:
+    """An ``entry`` run: the verifier's harness (its own text, never the
+    checkout's) in the arm's checkout, the inputs from the base checkout; the
+    result counts only when its MAC under this run's key and every output's
+    digest check out (``harness.check``)."""
+    from . import harness
+
+    try:
+        inputs = harness.inputs_path(base, bench.inputs or "")
+    except ValueError as e:
+        return RunRecord(ok=False, error=f"the timing harness: {e}")
+    extra, key = harness.job_env(bench.entry or "", inputs, bench.requests, hidden)
+    job = Job(
+        harness.command(), checkout, {**_common_env(bench), **hidden, **extra}, bench.timeout_s,
+        ready_pattern=harness.READY_PATTERN, run_dir=run_dir, drop=drop,
+        read_only_paths=(*_paths(hidden), str(inputs)),
+    )  # fmt: skip
+    rec = _record(run_job(iso, job), bench, "the timing harness")
+    if not rec.error:
+        rec.error = harness.check(run_dir, key)
     return rec
 
 

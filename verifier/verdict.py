@@ -47,7 +47,7 @@ Direction = Literal["higher", "lower"]
 GuardStatus = Literal["pass", "fail", "unclear", "skipped"]
 Against = Literal["bk", "b0"]
 MetricSource = Literal[
-    "verifier", "client", "evaluator", "benchmark", "declared", "measured", "samples"
+    "verifier", "client", "evaluator", "harness", "benchmark", "declared", "measured", "samples"
 ]
 ARM_LABEL = {"bk": "Bk", "b0": "B0", "candidate": "candidate"}
 """How reasons, details and warnings name an arm (``against`` is ``bk`` or ``b0``)."""

@@ -32,6 +32,7 @@ from harness.onboard import (
     Detected,
     InitAnswers,
     InitError,
+    default_objective,
     detect,
     render_files,
     source_examples,
@@ -108,7 +109,7 @@ def _answers(found: Detected, examples: list[str]) -> InitAnswers:
     carries exactly the files the CLI writes)."""
     metrics = found.metrics or {"throughput": "higher"}
     return InitAnswers(command=found.command or PLACEHOLDER_COMMAND, metrics=metrics,
-                       objective=next(iter(metrics)), samples=found.samples,
+                       objective=default_objective(metrics, found.client), samples=found.samples,
                        outputs=list(found.outputs), client=found.client, examples=examples)
 
 

@@ -1,11 +1,12 @@
-"""rsi-bot in-process benchmark (written by ``rsi init --scaffold inprocess``).
+"""rsi-bot in-process benchmark, by hand (written by ``rsi init --scaffold inprocess``).
 
-Calls the repository's inference function, named in the repo config's
-settings as ``entry = "package.module:function"``: it takes one prompt (a
-string) and returns the output (``str`` or ``bytes``) or yields it in chunks.
-The verifier measures ``wall_s``, ``cpu_s`` and ``peak_rss_mib`` of this
-process from outside; the metrics below are timed inside the candidate's
-process (source ``benchmark`` in the verdict). Per prompt:
+``python bench/rsi/bench.py package.module:function`` calls the repository's
+inference function: it takes one prompt (a string) and returns the output
+(``str`` or ``bytes``) or yields it in chunks. This script is for people and
+agents to look: the verifier never runs it. It makes the same calls through
+its own timing harness (the repo config's ``entry``), which times every call
+from outside the function's process, so a candidate cannot change the code
+that measures it. Per prompt:
 
 * ``ttfa_s``: time to the first *real* output chunk (not empty, not
   whitespace); every chunk is saved and compared with the baseline's outputs
@@ -33,7 +34,7 @@ def setting(name: str, default: str) -> str:
 def load(entry: str):
     module, _, func = entry.partition(":")
     if not module or not func:
-        raise SystemExit(f"settings.entry {entry!r}: write it as package.module:function")
+        raise SystemExit(f"entry {entry!r}: pass package.module:function (python bench/rsi/bench.py pkg.mod:fn)")
     sys.path.insert(0, os.getcwd())
     return getattr(importlib.import_module(module), func)
 
@@ -52,7 +53,7 @@ def call(fn, prompt: str) -> tuple[bytes, float, float]:
 
 
 def main() -> int:
-    fn = load(setting("entry", ""))
+    fn = load(sys.argv[1] if len(sys.argv) > 1 else setting("entry", ""))
     pool_path = Path(__file__).resolve().parent / "prompts.txt"
     pool = [p.strip() for p in pool_path.read_text(encoding="utf-8").splitlines() if p.strip()]
     rng = random.Random(int(os.environ.get("RSI_SEED", "").strip() or setting("seed", "0")))

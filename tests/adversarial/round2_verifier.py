@@ -14,9 +14,22 @@ base text so they always apply.
   candidate server that says ``fast`` and answers every request twice (2x
   slower): through the edited client, +60%;
 * ``self-report``: a real speedup far below ``min_gain`` (the table reused
-  every sixth request, ~8%) under a timer that runs at 70% (claims ~+55%):
-  the benchmark's own throughput, ``require_external = false`` (``rsi
-  init``'s default without a client).
+  every sixth request: 10-20%, as the table's share of a request goes) under
+  a timer that runs at 75% (claims ~+50%, inside ``min_gain`` and 2x) whose
+  real saving also passes the old wall-clock cross-check (it wants ~7% of the
+  window for a +50% claim): under
+  the config ``rsi init`` wrote before issue 29 (the benchmark's own
+  throughput, ``require_external = false``) only the cross-check stood in its
+  way (here it sent it to review, 2 of 2; issue 29's synthetic benchmark, an
+  untimed part shortened, got past it); under the one it
+  writes now (:func:`init_config`), the objective is measured by code the
+  candidate cannot change: ``command`` (``rsi init --yes`` on a repo whose
+  benchmark is ``bench/run.py``: ``wall_s`` on the verifier's clock) and
+  ``entry`` (``rsi init --scaffold inprocess --entry app.work:answer``: the
+  verifier's timing harness calls ``answer`` in a worker process, where the
+  slowed clock is);
+* ``honest-command``, ``honest-entry``: the controls, the honest patch (the
+  table built once) under the same two configs: accepted.
 
 Each cheat's gain, had its trick worked, stays between ``min_gain`` (0.30)
 and 2x: a verifier it fooled would ``accept``.
@@ -24,7 +37,10 @@ and 2x: a verifier it fooled would ``accept``.
 
 from __future__ import annotations
 
-from .candidates import BASE_SERVER, SLOW_ANSWER, TARGET, TIMER, WRONG_ANSWER, _work
+import tomllib
+
+from .candidates import BASE_SERVER, HONEST_WORK, SLOW_ANSWER, TARGET, TIMER, WRONG_ANSWER, _work
+from .targetrepo import INPROC_CONFIG
 
 BASE_CLIENT = (TARGET / "bench" / "client.py").read_text()
 
@@ -130,9 +146,52 @@ def edits(name: str) -> tuple[dict[str, str], dict[str, str]]:
         return {}, {"app/work.py": _work(_CHEAT_ANSWER, prelude=SCHEDULE_PRELUDE)}
     if name == "edited-client":
         return {"bench/client.py": EDITED_CLIENT}, {"app/server.py": FAST_SAYING_SERVER}
-    if name == "self-report":
-        return {}, {"app/work.py": _work(SOME_REUSE_ANSWER, epilogue=TIMER.replace("0.6", "0.7"))}
+    if name.startswith("self-report"):
+        return PROMPTS, {"app/work.py": _work(SOME_REUSE_ANSWER, epilogue=TIMER.replace("0.6", "0.75"))}
+    if name.startswith("honest"):
+        return PROMPTS, {"app/work.py": HONEST_WORK}
     raise KeyError(f"no round-2 verifier case named {name!r}")
+
+
+PROMPTS = {"bench/rsi/prompts.txt": "".join(f"req-{i}-{i * 7919 % 1000:03d}\n" for i in range(24))}
+"""The scaffold's inputs file (the harness's inputs: one per line), in Bk and the candidate."""
+
+
+def init_config(kind: str, python: str) -> str:
+    """The target's config as ``rsi init`` writes it now (issue 29), with the
+    suite's small settings, guards and tail (``targetrepo.INPROC_CONFIG``):
+
+    * ``command``: ``rsi init --yes`` on a repo whose benchmark is
+      ``bench/run.py`` (no client): its objective and ``require_external``;
+    * ``entry``: ``rsi init --scaffold inprocess --entry app.work:answer``: its
+      benchmark (``entry``, ``inputs``), objective and ``require_external``;
+      24 requests a run, as ``bench/run.py`` makes; no evaluator (the target's
+      scores its own answer files)."""
+    from harness.onboard import InitAnswers, _runner_lines, default_objective, render_config
+    from harness.scaffold import Scaffold
+    from harness.scaffold import render_config as scaffold_config
+
+    if kind == "command":
+        metrics = {"throughput": "higher"}
+        a = InitAnswers(command=f"{python} bench/run.py", metrics=metrics,
+                        objective=default_objective(metrics, None))
+        init = tomllib.loads(render_config(a))
+        bench = ""
+    else:
+        sc = Scaffold(kind="inprocess", entry="app.work:answer", requests=24, objective="throughput")
+        init = tomllib.loads(scaffold_config(sc, _runner_lines(InitAnswers("x", {}, "wall_s"))))
+        main = init["benchmarks"]["main"]
+        bench = (f'[benchmarks.answers]\nentry = "{main["entry"]}"\ninputs = "{main["inputs"]}"\n'
+                 f'requests = {main["requests"]}\ntimeout_s = 60\n\n'
+                 '[benchmarks.answers.metrics]\nthroughput = "higher"\n')
+    text = INPROC_CONFIG.replace("{python}", python)
+    if bench:  # the harness's benchmark in place of bench/run.py; no quality guard on its files
+        text = bench + text[text.index("\n[objective]"):text.index("\n[[quality]]")] + \
+            text[text.index("\n[verifier]"):]
+    metric = init["objective"]["metric"]
+    text = text.replace('metric = "throughput"\nmin_gain', f'metric = "{metric}"\nmin_gain')
+    assert init["verifier"]["require_external"] is True and "self_reported" not in init["objective"]
+    return text.replace("calibration_pairs = 8\n", "calibration_pairs = 8\nrequire_external = true\n")
 
 
 assert SLOW_ANSWER  # the honest path of the cheats is the base's own

@@ -68,7 +68,13 @@ def test_init_detects_writes_and_refuses_to_overwrite(tmp_path):
     cfg = tomllib.loads((repo / CONFIG_PATH).read_text())
     assert cfg["benchmarks"]["main"]["metrics"] == {"throughput": "higher"}
     assert cfg["benchmarks"]["main"]["samples"] == {"latency_s": "lower"}
-    assert cfg["objective"]["metric"] == "throughput"
+    # the objective is the run's time on the verifier's clock, not the number the
+    # benchmark (the candidate's process) reports, and the config says it must stay so
+    assert cfg["objective"]["metric"] == "wall_s" and "self_reported" not in cfg["objective"]
+    assert cfg["verifier"]["require_external"] is True
+    spec = build_task((repo / CONFIG_PATH).read_text(), None, "t")
+    assert spec.verify.benchmark().metric_source("wall_s") == "verifier"
+    assert spec.verify.self_report_note() is None
     assert rsi("config", "check", "--repo", str(repo)).exit_code == 0
 
     before = (repo / CONFIG_PATH).read_text()
@@ -101,14 +107,14 @@ def test_init_non_interactive_flags_and_bad_input(tmp_path):
 def test_every_device_renders_a_config_the_bot_accepts():
     for device in ("cpu", "cuda", "npu"):
         a = InitAnswers(command="python b.py", metrics={"qps": "higher", "p99_ms": "lower"},
-                        objective="qps", device=device, samples={"lat_s": "lower"})
+                        objective="wall_s", device=device, samples={"lat_s": "lower"})
         files = render_files(a)
         spec = build_task(files[CONFIG_PATH], None, "t")
         assert spec.runner.active.device == device and spec.verify.guards[0].metric == "p99_ms"
 
 
 def test_workflows_pin_the_release_tag_and_parse():
-    files = render_files(InitAnswers(command="x", metrics={"a": "higher"}, objective="a"))
+    files = render_files(InitAnswers(command="x", metrics={"a": "higher"}, objective="wall_s"))
     ref = release_ref()
     caller = yaml.safe_load(files[CALLER_PATH])
     job = caller["jobs"]["rsi"]
@@ -116,7 +122,7 @@ def test_workflows_pin_the_release_tag_and_parse():
     # installed from a setting (the repository variable), never a URL that may not exist
     assert job["with"]["rsi_install"] == "${{ vars.RSI_INSTALL }}"
     assert "git+https" not in files[CALLER_PATH] + files[CHECK_PATH]
-    pinned = render_files(InitAnswers(command="x", metrics={"a": "higher"}, objective="a",
+    pinned = render_files(InitAnswers(command="x", metrics={"a": "higher"}, objective="wall_s",
                                       install="rsi-bot @ https://example.com/rsi_bot-0.1.0-py3-none-any.whl"))
     assert yaml.safe_load(pinned[CALLER_PATH])["jobs"]["rsi"]["with"]["rsi_install"].endswith(".whl")
     assert set(caller[True]["workflow_dispatch"]["inputs"]) == {"job", "runner_labels"}
@@ -190,7 +196,9 @@ def test_spec_check_blames_each_file_and_notes_uncommitted_edits(tmp_path):
     issue.write_text("### Minimum gain\n\n1%\n")
     r = rsi("spec", "check", str(issue), "--repo", str(repo))
     assert r.exit_code == 1 and f"{issue}: proposal [objective] min_gain" in r.output
-    (repo / CONFIG_PATH).write_text((repo / CONFIG_PATH).read_text() + "\n[verifier]\nbogus = 1\n")
+    text = (repo / CONFIG_PATH).read_text()
+    (repo / CONFIG_PATH).write_text(text.replace("require_external = true\n",
+                                                 "require_external = true\nbogus = 1\n"))
     issue.write_text("### Minimum gain\n\n10%\n")
     r = rsi("spec", "check", str(issue), "--repo", str(repo))
     assert r.exit_code == 0 and "differs from the committed one" in r.output
@@ -245,8 +253,9 @@ def test_init_asks_with_the_detected_values_as_defaults(tmp_path, monkeypatch):
 
     repo = _target(tmp_path)
     monkeypatch.setattr(harness.cli, "_interactive", lambda: True)
-    # command: keep the detected one; metrics: replace; objective: pick the second
-    answers = "\nthroughput=higher,p95_ms=lower\np95_ms\n0.1\nnpu\n"
+    # command: keep the detected one; metrics: replace; objective: pick the second, a
+    # self-report, and accept it when asked
+    answers = "\nthroughput=higher,p95_ms=lower\np95_ms\ny\n0.1\nnpu\n"
     r = runner.invoke(build_app(), ["init", "--repo", str(repo)], input=answers)
     assert r.exit_code == 0, r.output
     assert "Benchmark command [python bench/run.py]" in r.output
@@ -255,7 +264,34 @@ def test_init_asks_with_the_detected_values_as_defaults(tmp_path, monkeypatch):
     assert cfg["benchmarks"]["main"]["command"] == "python bench/run.py"
     assert cfg["benchmarks"]["main"]["metrics"] == {"throughput": "higher", "p95_ms": "lower"}
     assert cfg["objective"]["metric"] == "p95_ms" and cfg["objective"]["min_gain"] == 0.1
+    assert "reported by the benchmark's own process" in r.output
+    assert cfg["objective"]["self_reported"] is True and "verifier" not in cfg
     assert cfg["runner"]["profile"] == "npu"
+    note = build_task((repo / CONFIG_PATH).read_text(), None, "t").verify.self_report_note()
+    assert note and "self-reported (declared self_reported = true)" in note
+    # refusing it keeps the verifier's clock
+    answers = "\nthroughput=higher,p95_ms=lower\np95_ms\nn\n0.1\nnpu\n"
+    r = runner.invoke(build_app(), ["init", "--repo", str(repo), "--force"], input=answers)
+    assert r.exit_code == 0, r.output
+    cfg = tomllib.loads((repo / CONFIG_PATH).read_text())
+    assert cfg["objective"]["metric"] == "wall_s" and cfg["verifier"]["require_external"] is True
+
+
+def test_init_refuses_a_self_reported_objective_unless_told(tmp_path):
+    """Issue 29: rsi init never makes the candidate's own report the objective by
+    default; --objective naming one is refused without --self-reported."""
+    repo = _target(tmp_path)
+    r = rsi("init", "--repo", str(repo), "--yes", "--objective", "throughput")
+    assert r.exit_code == 1 and "--self-reported" in r.output and "wall_s" in r.output
+    assert not (repo / CONFIG_PATH).exists()
+    r = rsi("init", "--repo", str(repo), "--yes", "--objective", "throughput", "--self-reported")
+    assert r.exit_code == 0, r.output
+    spec = build_task((repo / CONFIG_PATH).read_text(), None, "t")
+    assert spec.verify.objective.self_reported is True
+    assert not spec.verify.verifier.require_external
+    r = rsi("init", "--repo", str(repo), "--yes", "--force", "--objective", "cpu_s",
+            "--self-reported")
+    assert r.exit_code == 1 and "leave the flag out" in r.output
 
 
 def test_run_names_the_config_line_of_each_error(tmp_path):
@@ -286,7 +322,9 @@ def test_init_asks_how_the_repo_runs_inference_when_it_has_no_benchmark(tmp_path
     assert r.exit_code == 0, r.output
     assert "No benchmark found" in r.output and "serving (an HTTP server)" in r.output
     spec = build_task((repo / CONFIG_PATH).read_text(), None, "t")
-    assert spec.benchmark.settings["entry"] == "gen.model:generate" and spec.agent.kind == "replay"
+    assert spec.benchmark.entry == "gen.model:generate" and spec.agent.kind == "replay"
+    assert spec.verify.benchmark().metric_source("throughput") == "harness"
+    assert spec.verify.verifier.require_external
     assert (repo / "bench/rsi/bench.py").is_file() and (repo / "bench/rsi/evaluate.py").is_file()
     form = yaml.safe_load((repo / FORM_PATH).read_text())
     editable = next(b for b in form["body"] if b.get("id") == "editable")

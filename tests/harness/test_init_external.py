@@ -64,4 +64,7 @@ def test_a_repo_without_a_client_keeps_its_command(tmp_path):
     assert r.exit_code == 0, r.output
     cfg = tomllib.loads((repo / CONFIG_PATH).read_text())
     assert cfg["benchmarks"]["main"]["command"] == "python bench/run.py"
-    assert "verifier" not in cfg
+    # no client: the objective is the verifier's clock on the run, never the benchmark's
+    # own report (issue 29), and require_external keeps it so
+    assert cfg["objective"]["metric"] == "wall_s"
+    assert cfg["verifier"] == {"require_external": True}
