@@ -152,16 +152,16 @@ class VerifierRun:
 def isolation_spec(spec: TaskSpec) -> dict[str, Any]:
     """``{"image", "base_kwargs"}`` for the verifier's ContainerIsolation: the
     runner profile's container settings (uid, no capabilities, limits,
-    devices, the host's Python mounted read-only), without what the verifier
-    sets per run (command, workdir, network, name).
+    devices; no mount: the image holds Python, rsi-bot's dependencies and
+    ``verifier.probe``, :func:`harness.images.sandbox_image`), without what the
+    verifier sets per run (command, workdir, network, name).
 
     Hidden inputs are NOT in the base: every container would get them,
     the candidate's server and setup included. The verifier mounts a hidden
     host path read-only only into the jobs that may see it (the protected
     client and evaluator, or the in-process benchmark)."""
     profile = spec.runner.active
-    mounts = list(sandbox.python_mounts())
-    job = sandbox.SandboxJob(command=["true"], mounts=mounts, network=False)
+    job = sandbox.SandboxJob(command=["true"], network=False)
     kw = sandbox.container_kwargs(
         job,
         profile,
@@ -171,7 +171,7 @@ def isolation_spec(spec: TaskSpec) -> dict[str, Any]:
     # only what ContainerIsolation takes; it sets the rest (command, network, name...) per run
     from verifier.isolation import ALLOWED_KWARGS
 
-    image = kw["image"]
+    image = sandbox.sandbox_image(kw["image"])
     base = {k: v for k, v in kw.items() if k in ALLOWED_KWARGS}
     if "device_requests" in base:  # as DeviceRequest's own keyword names (device_ids, not DeviceIDs)
         base["device_requests"] = [

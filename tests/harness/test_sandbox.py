@@ -13,15 +13,15 @@ import pytest
 
 from harness import sandbox
 from harness.egress import EGRESS_IMAGE, EgressInfo, host_pattern, tinyproxy_config
-from harness.sandbox import Mount, SandboxJob, container_kwargs, python_mounts
+from harness.sandbox import Mount, SandboxJob, container_kwargs
 from harness.spec import RunnerProfile
 from tests.netprobe import REACH, HostListener
 
-PY = sys.executable
+PY = "python3"  # the image's own (harness.images): nothing of the host is mounted
 
 
 def py_job(code: str, **kw) -> SandboxJob:
-    return SandboxJob(command=[PY, "-c", code], mounts=python_mounts(), **kw)
+    return SandboxJob(command=[PY, "-c", code], **kw)
 
 
 def test_kwargs_cpu_profile_is_locked_down():
@@ -103,10 +103,12 @@ def test_kwargs_npu():
     assert kw["devices"][0] == "/dev/davinci2:/dev/davinci2:rwm"
 
 
-def test_python_mounts_same_paths_read_only():
-    ms = python_mounts()
-    assert all(m.source == m.target and m.read_only for m in ms)
-    assert any(Path(sys.base_prefix).resolve() == Path(m.source) for m in ms)
+def test_kwargs_mount_only_what_the_job_names():
+    """No mount of the host's Python, venv or checkout: the image carries them."""
+    kw = container_kwargs(SandboxJob(command=["true"], mounts=[Mount(source="/srv/x", target="/work/repo")]),
+                          RunnerProfile())
+    assert kw["volumes"] == {"/srv/x": {"bind": "/work/repo", "mode": "ro"}}
+    assert not any(p in kw["environment"]["PATH"] for p in (sys.prefix, sys.base_prefix))
 
 
 @pytest.mark.docker
@@ -269,10 +271,9 @@ def model_api(tmp_path):
     net = client.networks.create(f"rsi-test-api-{tag}", driver="bridge", internal=True)
     server = None
     try:
-        mounts = {m.source: {"bind": m.target, "mode": "ro"} for m in python_mounts()}
-        mounts[str(www)] = {"bind": "/srv", "mode": "ro"}
+        mounts = {str(www): {"bind": "/srv", "mode": "ro"}}
         server = client.containers.create(
-            "rsi-bot/base:bookworm", [PY, "-m", "http.server", "8080", "-d", "/srv"],
+            sandbox.sandbox_image(RunnerProfile().image), [PY, "-m", "http.server", "8080", "-d", "/srv"],
             name=f"rsi-test-api-{tag}", user="1000:1000", volumes=mounts, detach=True,
             network=net.name)
         net.disconnect(server)
