@@ -87,7 +87,8 @@ def fakemodel():
 def run_agent(tmp_path: Path, fm: FakeModel, kind: str, model: str, *, verifier: str = "inprocess",
               rounds: int = 1, **cfg):
     # 250 ms per request: a change the verifier's own clock sees through each run's start-up
-    repo = make_target(tmp_path, python=sys.executable, delay_ms=250, config=agent_config(kind, model, **cfg))
+    python = "python3" if verifier == "sandbox" else sys.executable  # in containers: the image's own
+    repo = make_target(tmp_path, python=python, delay_ms=250, config=agent_config(kind, model, **cfg))
     spec = load_task(repo, None, f"t-{model}")
     agent = make_agent(spec)
     agent.environ = {"OPENAI_API_KEY": API_KEY}
