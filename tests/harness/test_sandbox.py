@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import sandbox
+from harness.agents.command import PRESETS
 from harness.egress import EGRESS_IMAGE, EgressInfo, host_pattern, tinyproxy_config
 from harness.sandbox import Mount, SandboxJob, container_kwargs
 from harness.spec import RunnerProfile
@@ -357,3 +358,85 @@ def test_an_agent_reaches_its_proxy_and_nothing_on_the_host(model_api):
         assert len(listener.accepted) == 1, listener.accepted  # the sanity check's only
     finally:
         listener.close()
+
+
+# ------------------------- every agent preset x every egress shape: no way to the host
+
+MATRIX_PROBE = REACH + """
+import base64, urllib.request
+spec = json.loads(base64.b64decode(sys.argv[1]))
+via_proxy = {}
+if os.environ.get("HTTP_PROXY"):  # ask the proxy for the host too: it must refuse, never connect
+    for host in spec["hosts"]:
+        try:
+            with urllib.request.build_opener(urllib.request.ProxyHandler()).open(
+                    f"http://{host}:{spec['port']}/", timeout=5) as r:
+                via_proxy[host] = r.status
+        except urllib.error.HTTPError as e:
+            via_proxy[host] = e.code
+        except Exception as e:
+            via_proxy[host] = type(e).__name__
+ifaces = sorted(n for _, n in socket.if_nameindex())
+print("RESULT " + json.dumps({"host": reach(spec["hosts"], spec["port"]), "via_proxy": via_proxy,
+                              "ifaces": ifaces, "proxy": os.environ.get("HTTP_PROXY", ""),
+                              "gateway": os.environ.get("OPENAI_API_BASE", "")}))
+"""
+
+MODEL_BASE = "http://model-api.test:8080/v1"
+EGRESS_SHAPES = {
+    # name: (allowed_hosts, through the model gateway)
+    "no hosts": ([], False),
+    "model host only": (["model-api.test"], False),
+    "gateway": (["model-api.test"], True),  # the model host is the only host: no proxy at all
+    "gateway and proxy": (["model-api.test", "other-api.test"], True),
+}
+
+
+@pytest.fixture(scope="module")
+def host_listener():
+    listener = HostListener()
+    listener.sanity_check()
+    yield listener
+    listener.close()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("shape", list(EGRESS_SHAPES))
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener, tmp_path: Path, preset, shape):
+    """Attack: an agent connects to a service on the runner bound to 0.0.0.0,
+    at every host address and its network's gateway, directly and through its
+    proxy. With the model gateway as the only allowed host, the agent's
+    network used to be made without ``inhibit_ipv4`` and unchecked, and an
+    agent reached the host listener. Every network now comes from
+    ``egress.agent_network``, for every preset and shape."""
+    import base64
+    import json
+
+    from harness.agents.command import CommandAgent
+    from tests.harness.target import make_target
+    from tests.harness.test_agents import ctx_for
+
+    hosts, via_gateway = EGRESS_SHAPES[shape]
+    env = {"OPENAI_API_BASE": MODEL_BASE} if via_gateway else {}
+    profile = RunnerProfile(allowed_hosts=hosts, env=env)
+    before = len(host_listener.accepted)
+    spec = base64.b64encode(json.dumps({"hosts": host_listener.addresses(), "port": host_listener.port}).encode())
+    code = base64.b64encode(MATRIX_PROBE.encode()).decode()
+    agent = CommandAgent.preset(preset, environ={"OPENAI_API_KEY": "sk-matrix-0123456789"}, profile=profile,
+                                upstream_networks=(model_api,))
+    agent.template = f"python3 -c \"import base64, sys; exec(base64.b64decode('{code}'))\" {spec.decode()}"
+    ctx = ctx_for(make_target(tmp_path, python="python3"), tmp_path)
+    out = agent.run(ctx)
+    line = next((x for x in out.log.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, (out.error, out.log[-2000:])
+    seen = json.loads(line[len("RESULT "):])
+    assert "reached" not in seen["host"].values(), seen
+    assert all(v == 403 or isinstance(v, str) for v in seen["via_proxy"].values()), seen  # refused, never relayed
+    assert host_listener.wait_for(before + 1, timeout_s=1) == before, host_listener.accepted  # nothing arrived
+    if not hosts:
+        assert seen["ifaces"] == ["lo"], seen  # no network at all
+    else:
+        assert set(seen["host"]) > set(host_listener.addresses()), seen  # the network's gateway was tried too
+        assert bool(seen["proxy"]) == (set(hosts) != {"model-api.test"} or not via_gateway), seen
+        assert bool(seen["gateway"]) == via_gateway, seen
