@@ -199,8 +199,9 @@ def _locked(name: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _build(tag: str, context: Path, timeout: float) -> None:
-    out = subprocess.run(["docker", "build", "--network", "none", "-q", "-t", tag, str(context)],
+def _build(tag: str, context: Path, timeout: float, no_cache: bool = False) -> None:
+    argv = ["docker", "build", "--network", "none", "-q", *(["--no-cache"] if no_cache else []), "-t", tag]
+    out = subprocess.run([*argv, str(context)],
                          capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, "DOCKER_BUILDKIT": "0"})
     if out.returncode != 0:
@@ -270,11 +271,12 @@ def _fetch_wheels(dest: Path, cache: Path, pins: tuple[str, ...]) -> None:
         shutil.copy2(found, dest / found.name)
 
 
-def build_python(*, timeout: float = 3600) -> str:
-    """Build the python image unless its tag exists; its tag."""
-    tag = python_tag(_base_id())
+def build_python(*, timeout: float = 3600, tag: str | None = None, no_cache: bool = False) -> str:
+    """Build the python image unless its tag exists; its tag. (``tag``,
+    ``no_cache``: build anew under another tag, for benchmarks/sandbox_images.py.)"""
+    tag, again = tag or python_tag(_base_id()), tag is not None
     with _locked(tag):
-        if image_id(tag):
+        if image_id(tag) and not again:
             return tag
         cache = cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
@@ -283,15 +285,16 @@ def build_python(*, timeout: float = 3600) -> str:
             _fetch_debs(ctx / "debs", cache)
             _fetch_wheels(ctx / "wheels", cache, runtime_pins())
             (ctx / "Dockerfile").write_text(PYTHON_DOCKERFILE.format(base=BASE_IMAGE))
-            _build(tag, ctx, timeout)
+            _build(tag, ctx, timeout, no_cache)
     return tag
 
 
-def build_runtime(python: str, *, root: Path = ROOT, timeout: float = 600) -> str:
+def build_runtime(python: str, *, root: Path = ROOT, timeout: float = 600, tag: str | None = None,
+                  no_cache: bool = False) -> str:
     """Build the runtime image on ``python`` unless its tag exists; its tag."""
-    tag = runtime_tag(python, root)
+    tag, again = tag or runtime_tag(python, root), tag is not None
     with _locked(tag):
-        if image_id(tag):
+        if image_id(tag) and not again:
             return tag
         with tempfile.TemporaryDirectory(prefix="rsi-runtime-image-") as tmp:
             ctx = Path(tmp)
@@ -299,16 +302,17 @@ def build_runtime(python: str, *, root: Path = ROOT, timeout: float = 600) -> st
                 (ctx / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(root / rel, ctx / "src" / rel)
             (ctx / "Dockerfile").write_text(RUNTIME_DOCKERFILE.format(python=python))
-            _build(tag, ctx, timeout)
+            _build(tag, ctx, timeout, no_cache)
     return tag
 
 
-def build_agents(python: str, *, root: Path = ROOT, timeout: float = 3600) -> str:
+def build_agents(python: str, *, root: Path = ROOT, timeout: float = 3600, tag: str | None = None,
+                 no_cache: bool = False) -> str:
     """Build the agents image (the agent presets' venvs, from wheels built on
     the host at the pinned versions) unless its tag exists; its tag."""
-    tag = agents_tag(python, root)
+    tag, again = tag or agents_tag(python, root), tag is not None
     with _locked(tag):
-        if image_id(tag):
+        if image_id(tag) and not again:
             return tag
         cache = cache_dir()
         wheels = cache / "agent-wheels"
@@ -328,7 +332,7 @@ def build_agents(python: str, *, root: Path = ROOT, timeout: float = 3600) -> st
             for w in wheels.glob("*.whl"):
                 shutil.copy2(w, ctx / "agents" / "wheels" / w.name)
             (ctx / "Dockerfile").write_text(AGENTS_DOCKERFILE.format(python=python))
-            _build(tag, ctx, timeout)
+            _build(tag, ctx, timeout, no_cache)
     return tag
 
 

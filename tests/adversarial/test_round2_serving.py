@@ -128,7 +128,7 @@ def test_a_server_that_needs_the_host_never_gets_ready(tmp_path):
 
         iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
         try:
-            v = verify(bk, cand, round2.shipped_config(), isolation=iso)
+            v = verify(bk, cand, round2.shipped_config(python="python3"), isolation=iso)
         finally:
             iso.close()
         assert v.decision == "error", v.reason
