@@ -440,3 +440,50 @@ def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener
         assert set(seen["host"]) > set(host_listener.addresses()), seen  # the network's gateway was tried too
         assert bool(seen["proxy"]) == (set(hosts) != {"model-api.test"} or not via_gateway), seen
         assert bool(seen["gateway"]) == via_gateway, seen
+
+
+class _Network:
+    """The docker SDK's Network as far as ``agent_network`` uses it (the engine's answer)."""
+
+    def __init__(self, subnet: str, options: dict[str, str]):
+        self.name = "rsi-egress-test"
+        self.attrs = {"IPAM": {"Config": [{"Subnet": subnet}]}, "Internal": True, "Options": options}
+        self.removed = False
+
+    def reload(self) -> None:
+        pass
+
+    def remove(self) -> None:
+        self.removed = True
+
+
+class _Networks:
+    def __init__(self, subnet: str, honour: bool = True):
+        self.subnet, self.honour, self.asked, self.made = subnet, honour, [], []
+
+    def create(self, name, **kw):
+        self.asked.append(kw)
+        self.made.append(_Network(self.subnet, kw.get("options", {}) if self.honour else {}))
+        return self.made[-1]
+
+
+def test_agent_network_is_always_internal_without_a_host_address_and_checked():
+    """The one maker of agent networks asks for no host address every time and
+    refuses (and removes) a network the engine made otherwise: one this host
+    holds an address of, or one without the option."""
+    from harness.egress import NO_HOST_ADDRESS, EgressError, agent_network
+
+    client = type("C", (), {})()
+    client.networks = _Networks("198.18.251.0/24")  # no address of this host's
+    net = agent_network(client)
+    (kw,) = client.networks.asked
+    assert kw["internal"] is True and kw["options"] == NO_HOST_ADDRESS and kw["enable_ipv6"] is False
+    assert not net.removed
+    client.networks = _Networks("127.0.0.0/8")  # this host holds 127.0.0.1: reachable around the proxy
+    with pytest.raises(EgressError, match="gave this host the address"):
+        agent_network(client)
+    assert client.networks.made[0].removed
+    client.networks = _Networks("198.18.251.0/24", honour=False)  # an engine that ignored the option
+    with pytest.raises(EgressError, match="refusing it"):
+        agent_network(client)
+    assert client.networks.made[0].removed
