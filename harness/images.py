@@ -124,7 +124,11 @@ def runtime_pins() -> tuple[str, ...]:
     todo: list[tuple[str, frozenset[str]]] = [("rsi-bot", frozenset(EXTRAS))]
     while todo:
         name, extras = todo.pop()
-        for text in md.distribution(name).requires or []:
+        try:
+            requires = md.distribution(name).requires or []
+        except md.PackageNotFoundError:
+            raise ImageError(f"{name} is not installed in this venv: run make venv") from None
+        for text in requires:
             req = Requirement(text)
             if req.marker is not None and not any(
                     req.marker.evaluate({"extra": e}) for e in (extras or {""})):
@@ -134,7 +138,12 @@ def runtime_pins() -> tuple[str, ...]:
                 seen.add(key)
                 todo.append(key)
     names = sorted({n for n, _ in seen})
-    return tuple(f"{n}=={md.version(n)}" for n in names)
+    try:
+        return tuple(f"{n}=={md.version(n)}" for n in names)
+    except md.PackageNotFoundError as exc:
+        raise ImageError(f"{exc.name} is not installed in this venv, and the sandbox's python image holds "
+                         f"rsi-bot's dependencies with {', '.join(EXTRAS)} at this venv's versions: "
+                         "run make venv") from None
 
 
 def source_files(root: Path = ROOT) -> list[Path]:
@@ -143,9 +152,9 @@ def source_files(root: Path = ROOT) -> list[Path]:
     for pkg in PACKAGES:
         for p in sorted((root / pkg).rglob("*")):
             rel = p.relative_to(root)
-            if (p.is_file() and not p.is_symlink() and p.suffix in DATA_SUFFIXES
-                    and "__pycache__" not in rel.parts):
-                out.append(rel)
+            if (p.is_file() and p.suffix in DATA_SUFFIXES and "__pycache__" not in rel.parts
+                    and not any((root / Path(*rel.parts[:i])).is_symlink() for i in range(1, len(rel.parts) + 1))):
+                out.append(rel)  # never through a link
     return out
 
 
@@ -171,7 +180,13 @@ def runtime_tag(python: str, root: Path = ROOT) -> str:
 
 
 def _constraints(root: Path = ROOT) -> dict[str, str]:
-    return {a: (root / "scripts" / "agents-constraints" / f"{a}.txt").read_text() for a in AGENTS}
+    """Each agent preset's pins (``scripts/agents-constraints/<preset>.txt`` of a checkout)."""
+    where = root / "scripts" / "agents-constraints"
+    try:
+        return {a: (where / f"{a}.txt").read_text() for a in AGENTS}
+    except OSError as exc:
+        raise ImageError(f"the agents' pins are not here ({where}: {exc.strerror}): the agents image is "
+                         "built from a checkout of rsi-bot (scripts/build-images.sh)") from None
 
 
 def agents_tag(python: str, root: Path = ROOT) -> str:
@@ -370,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args == ["build"]:
-            build_agents(build_python())
+            python = build_python()
+            try:
+                build_agents(python)
+            except ImageError as exc:  # an installed rsi-bot: no agent presets with venvs here
+                print(f"images: no agents image: {exc}", file=sys.stderr)
         print(ensure_runtime())
     except ImageError as exc:
         print(f"images: {exc}", file=sys.stderr)
