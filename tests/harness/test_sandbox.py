@@ -421,7 +421,8 @@ def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener
     env = {"OPENAI_API_BASE": MODEL_BASE} if via_gateway else {}
     profile = RunnerProfile(allowed_hosts=hosts, env=env)
     before = len(host_listener.accepted)
-    spec = base64.b64encode(json.dumps({"hosts": host_listener.addresses(), "port": host_listener.port}).encode())
+    addrs = host_listener.addresses()  # once: other sessions add and remove docker networks
+    spec = base64.b64encode(json.dumps({"hosts": addrs, "port": host_listener.port}).encode())
     code = base64.b64encode(MATRIX_PROBE.encode()).decode()
     agent = CommandAgent.preset(preset, environ={"OPENAI_API_KEY": "sk-matrix-0123456789"}, profile=profile,
                                 upstream_networks=(model_api,))
@@ -437,7 +438,7 @@ def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener
     if not hosts:
         assert seen["ifaces"] == ["lo"], seen  # no network at all
     else:
-        assert set(seen["host"]) > set(host_listener.addresses()), seen  # the network's gateway was tried too
+        assert set(seen["host"]) > set(addrs), seen  # the network's gateway was tried too
         assert bool(seen["proxy"]) == (set(hosts) != {"model-api.test"} or not via_gateway), seen
         assert bool(seen["gateway"]) == via_gateway, seen
 
