@@ -106,7 +106,7 @@ def components(repo: Path, work: Path, rounds: int, docker: bool) -> Timed:
         with t.time("verifier host process start (python -m verifier)"):
             subprocess.run([sys.executable, "-I", "-m", "verifier", "--help"], capture_output=True, check=True)
         if docker:
-            mounts = [*sandbox.python_mounts(), sandbox.Mount(source=str(work), target="/work/repo", read_only=False)]
+            mounts = [sandbox.Mount(source=str(work), target="/work/repo", read_only=False)]
             res = sandbox.run(sandbox.SandboxJob(command=["true"], mounts=mounts), profile)
             if not res.ok:
                 raise SystemExit(f"docker failed: {res.error or res.output}")

@@ -1,5 +1,10 @@
-"""The host's side of every container we start: the docker client, and this
-host's Python made visible inside (the base image has none of its own).
+"""The host's side of every container we start: the docker client, and what a
+container of ours runs with.
+
+Nothing of the host is mounted to give a container its Python: the image
+carries it (:mod:`harness.images`: Debian's Python and rsi-bot's dependencies,
+built for the sandbox). :func:`python_executable` and :func:`sandbox_path`
+name them as the image has them.
 
 Shared by :mod:`harness.sandbox`, :mod:`harness.egress` and
 :mod:`harness.gateway`, below all three (none of them imports another for
@@ -8,11 +13,13 @@ these). Imports nothing of ours.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PYTHON = "python3"
+"""The image's Python (Debian's ``/usr/bin/python3``; ``python`` too, python-is-python3)."""
 
 
 class Mount(BaseModel):
@@ -21,32 +28,13 @@ class Mount(BaseModel):
     read_only: bool = True
 
 
-def python_mounts() -> list[Mount]:
-    """Read-only mounts that give the container this host's Python and venv at
-    the same paths (the base image has no Python of its own)."""
-    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
-    src = Path(__file__).resolve().parents[1]
-    if not any(src.is_relative_to(p) for p in paths):
-        paths.append(src)
-    out: list[Mount] = []
-    for p in paths:
-        if p.exists() and not any(p.is_relative_to(Path(m.source)) for m in out):
-            out.append(Mount(source=str(p), target=str(p), read_only=True))
-    return out
-
-
 def python_executable() -> str:
-    return sys.executable
+    """The Python a command in a container of ours runs (the image's)."""
+    return PYTHON
 
 
 def sandbox_path() -> str:
-    return ":".join(
-        [
-            str(Path(sys.prefix) / "bin"),
-            str(Path(sys.base_prefix) / "bin"),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ]
-    )
+    return SANDBOX_PATH
 
 
 _CLIENT: Any = None

@@ -76,6 +76,29 @@ def check_no_host_address(network: Any) -> None:
                           "com.docker.network.bridge.inhibit_ipv4 (docker >= 1.13)")
 
 
+def agent_network(client: Any) -> Any:
+    """The one function that makes a network an agent or a candidate joins:
+    ``--internal``, no host address on its bridge (:data:`NO_HOST_ADDRESS`), no
+    IPv6, checked (:func:`check_no_host_address`) before anyone joins it, and
+    removed again when the check fails. It takes no options: no caller, preset
+    or host list can ask for one without these. Everything else that starts a
+    container for an agent or a candidate gives it ``network_mode="none"`` (or
+    a server's own loopback-only namespace, in the verifier)."""
+    network = client.networks.create(f"rsi-egress-{uuid.uuid4().hex[:12]}", driver="bridge",
+                                     internal=True, enable_ipv6=False, options=dict(NO_HOST_ADDRESS),
+                                     labels={LABEL: "1"})
+    try:
+        check_no_host_address(network)
+        opts = network.attrs.get("Options") or {}
+        if not network.attrs.get("Internal") or any(opts.get(k) != v for k, v in NO_HOST_ADDRESS.items()):
+            raise EgressError(f"the docker engine made the agent's network {network.name} without "
+                              f"--internal or {', '.join(NO_HOST_ADDRESS)}: refusing it")
+    except BaseException:
+        discard(network=network)
+        raise
+    return network
+
+
 @dataclass(frozen=True)
 class EgressInfo:
     network: str
@@ -149,10 +172,8 @@ class Egress:
     def _start(self) -> EgressInfo:
         if self.client is None:
             self.client = docker_client()
-        tag = uuid.uuid4().hex[:12]
-        if not self.hosts:
-            self.network = self.client.networks.create(f"rsi-egress-{tag}", driver="bridge",
-                                                       internal=True, labels={LABEL: "1"})
+        self.network = agent_network(self.client)
+        if not self.hosts:  # the model gateway's network only: no proxy on it
             return EgressInfo(network=self.network.name, proxy_url="")
         self.confdir = tempfile.mkdtemp(prefix="rsi-egress-")
         os.chmod(self.confdir, 0o755)
@@ -162,10 +183,7 @@ class Egress:
             fh.write(tinyproxy_config(self.hosts, filter_path="/etc/rsi-egress/filter"))
         for name in ("filter", "tinyproxy.conf"):
             os.chmod(os.path.join(self.confdir, name), 0o644)
-        self.network = self.client.networks.create(f"rsi-egress-{tag}", driver="bridge",
-                                                   internal=True, options=NO_HOST_ADDRESS,
-                                                   labels={LABEL: "1"})
-        check_no_host_address(self.network)
+        tag = self.network.name.removeprefix("rsi-egress-")
         self.container = self.client.containers.create(
             self.image, ["tinyproxy", "-d", "-c", "/etc/rsi-egress/tinyproxy.conf"],
             name=f"rsi-egress-{tag}", user="65534:65534", cap_drop=["ALL"],

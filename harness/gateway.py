@@ -24,7 +24,7 @@ and ``OPENAI_API_KEY=<a token good for this run only>``. The gateway:
 
 A small relay of our own rather than LiteLLM's proxy: it is ~300 lines on the
 standard library and httpx (already a dependency), starts in well under a
-second from the host's venv in the bare base image, keeps no database, and its
+second in the runtime image (harness.images), keeps no database, and its
 whole attack surface is readable here; LiteLLM's proxy would bring FastAPI,
 its own budget store (Postgres/Prisma for budgets) and hundreds of routes we
 would have to lock down, to use one of them.
@@ -355,23 +355,18 @@ class Gateway:
         self.close()
 
     def _start(self) -> GatewayInfo:
-        from harness import containers
-        from harness.hostlibs import lib_mounts
+        from harness import containers, images
 
-        src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        volumes = {m.source: {"bind": m.target, "mode": "ro"} for m in containers.python_mounts()}
-        libs, lib_env = lib_mounts()  # httpx imports ssl; the base image has no libssl
-        for s, d in libs:
-            volumes[s] = {"bind": d, "mode": "ro"}
+        # our code and its Python are the runtime image's content: nothing of the host is mounted
         self.container = self.client.containers.create(
-            self.image, [containers.python_executable(), "-m", "harness.gateway"],
+            images.sandbox_image(self.image), [containers.python_executable(), "-m", "harness.gateway"],
             name=f"rsi-gateway-{uuid.uuid4().hex[:12]}", user="65534:65534", cap_drop=["ALL"],
             security_opt=["no-new-privileges"], read_only=True, tmpfs={"/tmp": "rw,size=16m"},
             working_dir="/tmp", mem_limit=256 * 1024**2, memswap_limit=256 * 1024**2, pids_limit=64,
-            environment={"PYTHONPATH": src, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-                         "HOME": "/tmp", **lib_env, "RSI_GATEWAY_CONFIG": self.cfg.model_dump_json(),
+            environment={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+                         "HOME": "/tmp", "RSI_GATEWAY_CONFIG": self.cfg.model_dump_json(),
                          "RSI_GATEWAY_KEY": self.key},
-            network=self.upstream[0], labels={LABEL: "1"}, detach=True, volumes=volumes,
+            network=self.upstream[0], labels={LABEL: "1"}, detach=True,
             log_config={"type": "json-file", "config": {"max-size": "1m", "max-file": "1"}})
         for extra in self.upstream[1:]:
             self.client.networks.get(extra).connect(self.container)

@@ -8,19 +8,23 @@ wall-clock limit kills it; it is always removed. :func:`run` returns a
 :class:`SandboxResult` for every outcome (exit code, output, timed out, OOM
 killed, or the error that kept it from running): it does not raise.
 
-The base image has no Python: :func:`python_mounts` mounts the host's Python
-prefix (``sys.base_prefix``) and the virtualenv (``sys.prefix``) read-only at
-the same paths, plus this project's source when it is not inside the venv.
+Nothing of the host is mounted but what the job names (an agent's tree, its
+TASK.md and scratch dir): the container's Python comes from its image
+(:func:`harness.images.sandbox_image`: the default base image, which has no
+Python, becomes the runtime image built for the sandbox; a profile's own
+image is used as it is).
 
 :func:`container_kwargs` is a pure function of the job and the profile (and of
 the device nodes present, passed in), so the accelerator wiring can be tested
 without accelerators:
 
 * network: none (``network_mode="none"``) unless the job asks for it; then
-  only the internal network of an egress proxy (:mod:`harness.egress`; a
-  bridge without a host address: the host is out of reach too) that
-  reaches the profile's ``allowed_hosts`` and nothing else, with
-  ``HTTP(S)_PROXY`` set. A job asking for network without a proxy is refused;
+  only the network :func:`harness.egress.agent_network` made (the one
+  function that makes an agent's network: internal, no host address on its
+  bridge, checked; the host is out of reach), with the egress proxy that
+  reaches the profile's ``allowed_hosts`` other than the model gateway's
+  upstream (``HTTP(S)_PROXY`` set) and the model gateway when the run has one.
+  A job asking for network without them is refused;
 * ``cpu``: nothing;
 * ``cuda``: ``device_requests`` for the profile's GPU ids (they must be named);
 * ``npu``: ``/dev/davinci<N>`` for the profile's indices (they must be named),
@@ -46,11 +50,11 @@ from pydantic import BaseModel, Field
 from harness.containers import Mount as Mount
 from harness.containers import docker_client as docker_client
 from harness.containers import python_executable as python_executable
-from harness.containers import python_mounts as python_mounts
 from harness.containers import sandbox_path as sandbox_path
 from harness.egress import Egress, EgressInfo
 from harness.gateway import ALIAS as GATEWAY_ALIAS
 from harness.gateway import Gateway, GatewayRoute, upstream_host
+from harness.images import ensure_runtime, sandbox_image
 from harness.leaks import redact as _redact
 from harness.sections import RunnerProfile
 
@@ -304,8 +308,9 @@ def run(
             paths_present=[p for p in NPU_DRIVER_MOUNTS if os.path.exists(p)],
             egress=info,
         )
+        kw["image"] = sandbox_image(kw["image"])
         if gateway is not None and info is not None:
-            gw = Gateway(gateway.upstream, gateway.key, network=info.network, client=client, image=profile.image,
+            gw = Gateway(gateway.upstream, gateway.key, network=info.network, client=client, image=ensure_runtime(),
                          upstream_networks=upstream_networks, max_tokens=gateway.max_tokens,
                          max_cost_usd=gateway.max_cost_usd, price_in_per_mtok=gateway.price_in_per_mtok,
                          price_out_per_mtok=gateway.price_out_per_mtok)

@@ -149,19 +149,20 @@ class VerifierRun:
         return f"exit code {self.returncode}: {tail}" if tail else f"exit code {self.returncode}"
 
 
-def isolation_spec(spec: TaskSpec) -> dict[str, Any]:
+def isolation_spec(spec: TaskSpec, *, image: str | None = None) -> dict[str, Any]:
     """``{"image", "base_kwargs"}`` for the verifier's ContainerIsolation: the
     runner profile's container settings (uid, no capabilities, limits,
-    devices, the host's Python mounted read-only), without what the verifier
-    sets per run (command, workdir, network, name).
+    devices; no mount: the image holds Python, rsi-bot's dependencies and
+    ``verifier.probe``: ``image``, else :func:`harness.images.sandbox_image`
+    of the profile's), without what the verifier sets per run (command,
+    workdir, network, name).
 
     Hidden inputs are NOT in the base: every container would get them,
     the candidate's server and setup included. The verifier mounts a hidden
     host path read-only only into the jobs that may see it (the protected
     client and evaluator, or the in-process benchmark)."""
     profile = spec.runner.active
-    mounts = list(sandbox.python_mounts())
-    job = sandbox.SandboxJob(command=["true"], mounts=mounts, network=False)
+    job = sandbox.SandboxJob(command=["true"], network=False)
     kw = sandbox.container_kwargs(
         job,
         profile,
@@ -171,7 +172,7 @@ def isolation_spec(spec: TaskSpec) -> dict[str, Any]:
     # only what ContainerIsolation takes; it sets the rest (command, network, name...) per run
     from verifier.isolation import ALLOWED_KWARGS
 
-    image = kw["image"]
+    image = image or sandbox.sandbox_image(kw["image"])
     base = {k: v for k, v in kw.items() if k in ALLOWED_KWARGS}
     if "device_requests" in base:  # as DeviceRequest's own keyword names (device_ids, not DeviceIDs)
         base["device_requests"] = [
@@ -288,8 +289,10 @@ class SandboxVerifier:
     name = "sandbox"
 
     def __init__(self, *, work_root: Path | None = None, environ: dict[str, str] | None = None,
-                 python: str | None = None):
+                 python: str | None = None, image: str | None = None):
+        """``image``: the containers' image (default: :func:`harness.images.sandbox_image` of the profile's)."""
         self.work_root = work_root
+        self.image = image
         self.environ = environ if environ is not None else dict(os.environ)
         self.python = python
         self.last: VerifierRun | None = None
@@ -308,7 +311,7 @@ class SandboxVerifier:
 
         root = Path(tempfile.mkdtemp(prefix="rsi-verify-", dir=self.work_root))  # 0700, ours alone
         run_id = uuid.uuid4().hex
-        iso = isolation_spec(spec)
+        iso = isolation_spec(spec, image=self.image)
         iso["base_kwargs"]["labels"] = {**iso["base_kwargs"].get("labels", {}), RUN_LABEL: run_id}
         try:
             files = {"config.toml": spec.verifier_config_text(), "isolation.json": json.dumps(iso, indent=1), **files}

@@ -6,7 +6,8 @@
 # made with debootstrap, then `docker import`) when it is missing, and the
 # agents' egress proxy image (the base plus Debian's tinyproxy-bin .deb, built
 # offline from the downloaded package) when it is missing. No registry is
-# needed: nothing is pulled.
+# needed: nothing is pulled. dockerd starts in its own session with no
+# descriptor of the caller's (scripts/without-fds.sh).
 #
 #   RSI_BASE_IMAGE   image name (default rsi-bot/base:bookworm)
 #   RSI_EGRESS_IMAGE egress proxy image (default rsi-bot/egress:bookworm)
@@ -29,7 +30,9 @@ fi
 if ! docker info >/dev/null 2>&1; then
   echo "setup-docker: starting dockerd"
   $SUDO mkdir -p /var/log
-  ( $SUDO nohup dockerd >/var/log/rsi-dockerd.log 2>&1 & )
+  # its own session, without our descriptors (a lock or pipe of the caller's
+  # would be held by the daemon for its whole life)
+  ( $SUDO setsid bash "$(dirname "$0")/without-fds.sh" dockerd </dev/null >/var/log/rsi-dockerd.log 2>&1 & )
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && break
     sleep 1

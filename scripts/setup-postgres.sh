@@ -14,7 +14,8 @@ if [ -z "$ver" ]; then
   exit 1
 fi
 if ! pg_lsclusters -h | awk '{print $4}' | grep -q online; then
-  $SUDO pg_ctlcluster "$ver" main start
+  # without our descriptors: the server would hold them (a caller's lock) for its life
+  $SUDO bash "$(dirname "$0")/without-fds.sh" pg_ctlcluster "$ver" main start </dev/null
 fi
 run_psql() { if [ -n "$SUDO" ]; then sudo -u postgres psql "$@"; else su postgres -c "psql $(printf '%q ' "$@")"; fi; }
 for _ in $(seq 1 30); do

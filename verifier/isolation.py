@@ -615,31 +615,15 @@ class IsolationSpec(BaseModel):
     def simple(
         cls, image: str, *, cpus: float | None = None, memory: str | None = None
     ) -> IsolationSpec:
-        """A spec from flags: the image, optional CPU and memory limits, and this
-        host's Python prefix and virtualenv mounted read-only at their own paths."""
-        import sys
-
+        """A spec from flags: the image, optional CPU and memory limits. Nothing
+        of this host is mounted: the image carries the benchmark's Python and
+        what it imports (``rsi-bot/runtime:<tag>``, ``python -m harness.images
+        tag``, for rsi-bot's own; a target's own image for its stack)."""
         kw: dict[str, Any] = {
-            "environment": {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
-            "volumes": {},
+            "environment": {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin"},
             "pids_limit": 512,
         }
-        roots: list[Path] = []
-        for p in (Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
-            if p.exists() and not any(p.is_relative_to(r) for r in roots):
-                roots.append(p)
-        for p in roots:
-            kw["volumes"][str(p)] = {"bind": str(p), "mode": "ro"}
-        # a venv reached through a link (``.venv -> /cache/venvs/x``): commands
-        # name ``sys.executable`` by the link's path, so the venv is also
-        # mounted there (Docker binds a link's target)
-        for raw in (Path(sys.base_prefix), Path(sys.prefix)):
-            linked = raw.is_absolute() and raw.exists() and raw != raw.resolve()
-            if linked and not any(raw.is_relative_to(r) for r in roots):
-                kw["volumes"][str(raw)] = {"bind": str(raw), "mode": "ro"}
-        kw["environment"]["PATH"] = ":".join(
-            [f"{sys.prefix}/bin", f"{sys.base_prefix}/bin", "/usr/local/bin:/usr/bin:/bin"]
-        )
         if cpus is not None:
             kw["nano_cpus"] = int(cpus * 1e9)
         if memory is not None:
@@ -1111,13 +1095,12 @@ class ContainerIsolation:
 
     Isolation spec JSON (``--isolation-spec FILE``)::
 
-        {"image": "rsi-bot/base:bookworm",
+        {"image": "rsi-bot/runtime:0123456789abcdef",
          "base_kwargs": {"user": "1000:1000", "cap_drop": ["ALL"],
                          "security_opt": ["no-new-privileges"], "mem_limit": 4294967296,
                          "memswap_limit": 4294967296, "nano_cpus": 2000000000,
                          "pids_limit": 512,
-                         "volumes": {"/usr/lib/python3": {"bind": "/usr/lib/python3",
-                                                          "mode": "ro"}},
+                         "volumes": {"/data/models": {"bind": "/data/models", "mode": "ro"}},
                          "environment": {"PATH": "...", "PYTHONUNBUFFERED": "1"},
                          "devices": ["/dev/davinci0:/dev/davinci0:rwm"],
                          "device_requests": [{"Driver": "", "Count": -1, "DeviceIDs": [],

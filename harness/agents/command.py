@@ -22,10 +22,10 @@ aider           ``aider --yes-always --no-git --no-stream ... --message-file TAS
 mini-swe-agent  ``mini --yolo --exit-immediately -o /rsi/out/trajectory.json -t ...``
 ==============  ==============================================================
 
-``aider`` and ``mini-swe-agent`` come from the pinned agents venvs that
-``scripts/setup-agents.sh`` makes (``.agents-venv/<preset>``, or
-``$RSI_AGENTS_VENV/<preset>``): mounted read-only at the same path, its ``bin``
-first on ``PATH``, the host's TLS and sqlite libraries with it (:mod:`hostlibs`). Each
+``aider`` and ``mini-swe-agent`` run from their venvs in the agents image
+(:mod:`harness.images`: ``/opt/rsi/agents/<preset>``, built from the pins in
+``scripts/agents-constraints/``), its ``bin`` first on ``PATH``: nothing of the
+host is mounted but the agent's tree, TASK.md and its scratch dir. Each
 preset sets the non-secret variables its agent needs to run unattended (no
 first-run wizard, no update checks, no price-table download). The model API
 is reached through the egress proxy only; an OpenAI-compatible endpoint is
@@ -51,11 +51,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import leaks, sandbox
+from harness import images, leaks, sandbox
 from harness.agents.base import AgentContext, AgentOutcome, UnsafeFile, read_agent_file
 from harness.agents.usage import read_usage
 from harness.gateway import GatewayRoute
-from harness.hostlibs import lib_mounts
 from harness.leaks import SECRET_NAME, host_secrets
 from harness.ledger import Usage
 from harness.sections import RunnerProfile
@@ -72,7 +71,8 @@ AGENTS_VENV = Path(__file__).resolve().parents[2] / ".agents-venv"
 
 
 def agents_venv(preset: str) -> Path:
-    """Where ``scripts/setup-agents.sh`` put a preset's venv."""
+    """Where ``scripts/setup-agents.sh`` put a preset's venv on the host (for
+    trying an agent by hand; containers run the agents image's own venvs)."""
     root = os.environ.get("RSI_AGENTS_VENV")
     return (Path(root) if root else AGENTS_VENV) / preset
 
@@ -162,8 +162,8 @@ class CommandAgent:
     environ: dict[str, str] | None = None
     """Where API keys are read from (default: os.environ)."""
     fixed_env: dict[str, str] = field(default_factory=dict)
-    venv: Path | None = None
-    """An agents venv mounted read-only (its bin first on PATH), with the host's shared libraries (hostlibs)."""
+    venv: str | None = None
+    """The agents image's venv of this preset (its bin first on PATH); the run then uses the agents image."""
     usage: str = ""
     upstream_networks: tuple[str, ...] = ("bridge",)
     """Where the egress proxy reaches the model API from (tests: the fake model's network)."""
@@ -173,20 +173,19 @@ class CommandAgent:
         p = PRESETS[kind]
         env = tuple(dict.fromkeys([*p.env, *kw.pop("env_names", ())]))
         return cls(template=p.command, env_names=env, model_flag=p.model_flag, name=kind,
-                   fixed_env=dict(p.fixed_env), venv=agents_venv(kind) if p.venv else None,
+                   fixed_env=dict(p.fixed_env), venv=f"{images.AGENTS_ROOT}/{kind}" if p.venv else None,
                    usage=p.usage, **kw)
 
     def _venv_parts(self) -> tuple[list[sandbox.Mount], dict[str, str]]:
         if self.venv is None:
             return [], {}
-        if not (self.venv / "bin").is_dir():
-            raise FileNotFoundError(f"{self.name}: no agents venv at {self.venv}; run scripts/setup-agents.sh")
-        venv = self.venv.resolve()
-        libs, env = lib_mounts()
-        mounts = [sandbox.Mount(source=str(venv), target=str(venv), read_only=True)]
-        mounts += [sandbox.Mount(source=src, target=dst, read_only=True) for src, dst in libs]
-        env["PATH"] = f"{venv}/bin:{sandbox.sandbox_path()}"
-        return mounts, env
+        return [], {"PATH": f"{self.venv}/bin:{sandbox.sandbox_path()}"}
+
+    def _profile(self, profile: RunnerProfile) -> RunnerProfile:
+        """A venv preset on the default image runs in the agents image (which holds its venv)."""
+        if self.venv is None or profile.image != images.BASE_IMAGE:
+            return profile
+        return profile.model_copy(update={"image": images.agents_image()})
 
     def command_line(self) -> str:
         return render_command(self.template, model=self.model, model_flag=self.model_flag)
@@ -194,7 +193,6 @@ class CommandAgent:
     def _job(self, ctx: AgentContext, scratch: Path, passed: dict[str, str], network: bool) -> sandbox.SandboxJob:
         venv_mounts, venv_env = self._venv_parts()
         mounts = [
-            *sandbox.python_mounts(),
             *venv_mounts,
             sandbox.Mount(source=str(ctx.worktree), target=WORKDIR, read_only=False),
             sandbox.Mount(source=str(ctx.task_file), target=f"{IO_DIR}/TASK.md", read_only=True),
@@ -250,7 +248,8 @@ class CommandAgent:
         scratch = fresh_scratch(Path(ctx.scratch_dir or Path(ctx.io_dir) / "out"))
         try:
             job = self._job(ctx, scratch, passed, profile.network)
-        except FileNotFoundError as exc:
+            profile = self._profile(profile)
+        except (FileNotFoundError, images.ImageError) as exc:
             return AgentOutcome(error=str(exc), duration_s=time.monotonic() - t0)
         res = sandbox.run(job, profile, secrets=held, upstream_networks=self.upstream_networks, gateway=route)
         log = res.output

@@ -23,7 +23,6 @@ controller only, never by a worker).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +114,7 @@ def adversarial(tmp_path_factory, hidden_seed):
 
     def get(mode: str) -> tuple[Path, RetriedCalibration]:
         if mode not in made:
-            repo = make_target_repo(root, mode, python=sys.executable)
+            repo = make_target_repo(root, mode, python="python3")  # the runtime image's own
             made[mode] = (repo, RetriedCalibration(make_backend("sandbox")))
         return made[mode]
 

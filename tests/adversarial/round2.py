@@ -153,9 +153,9 @@ def checkout(root: Path, name: str, server: str | None = None, mode: str = "hone
     return dst
 
 
-def shipped_config(requests: int = 6, stand_in: bool = True, **verifier):
+def shipped_config(requests: int = 6, stand_in: bool = True, python: str = sys.executable, **verifier):
     """tiny-tts's ``.rsi/config.toml`` as shipped (guards, quality, hidden seed),
-    with this interpreter for ``python``, ``requests`` per run and ``SMALL``
+    with ``python`` (this interpreter; ``python3`` in a container: the image's) for ``python``, ``requests`` per run and ``SMALL``
     pairs: the verifier's typed config. For a stand-in server, without the
     ``startup_s`` guard: a pure-Python server is ready in ~0.1 s, all of it
     noise (tiny-tts's own startup is its model build, several seconds)."""
@@ -164,7 +164,7 @@ def shipped_config(requests: int = 6, stand_in: bool = True, **verifier):
         data["guards"] = [g for g in data["guards"] if g["metric"] != "startup_s"]
     bench = data["benchmarks"]["tts"]
     for key in ("serve", "client", "evaluator"):
-        bench[key] = bench[key].replace("python ", f"{sys.executable} ", 1)
+        bench[key] = bench[key].replace("python ", f"{python} ", 1)
     bench["settings"] = {**bench.get("settings", {}), "requests": requests}
     data["verifier"] = {**data["verifier"], **SMALL, **verifier}
     return build_task(dump_toml(data), None, "round2").verify

@@ -124,10 +124,11 @@ def test_a_server_that_needs_the_host_never_gets_ready(tmp_path):
         (cand / "tiny_tts" / "stream.py").write_text(round2.STREAM_SERVER)
         (cand / "tiny_tts" / "server.py").write_text(REACHING_SERVER)
         (cand / "host.json").write_text(json.dumps({"hosts": hosts, "port": listener.port}))
-        iso = ContainerIsolation(IsolationSpec.simple(os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm"),
-                                                      cpus=1, memory="1g"))
+        from tests.images import runtime_image
+
+        iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
         try:
-            v = verify(bk, cand, round2.shipped_config(), isolation=iso)
+            v = verify(bk, cand, round2.shipped_config(python="python3"), isolation=iso)
         finally:
             iso.close()
         assert v.decision == "error", v.reason

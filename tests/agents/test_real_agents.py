@@ -26,12 +26,13 @@ pytestmark = pytest.mark.docker
 # drawn per session: the key is in no file the agent could read (the project's source is mounted)
 API_KEY = "sk-rsi-test-" + secrets.token_hex(8)
 REVERSED = API_KEY[::-1]
-# the agent looks for the key everywhere it can read (its env, PID 1's env, its files): the
+# the agent looks for the key everywhere it can read (its env, PID 1's env, the files of the run;
+# /opt and /usr are image content, built before any key existed): the
 # command holds the key only reversed, so that the search itself does not plant it
 SNOOP = (
     "env | sort; tr '\\0' '\\n' < /proc/1/environ; "
     f"python -c \"import os,sys; k='{REVERSED}'[::-1]; "
-    "hits=[os.path.join(d,f) for r in ('/rsi','/work','/tmp','/etc','/opt') for d,_,fs in os.walk(r) for f in fs "
+    "hits=[os.path.join(d,f) for r in ('/rsi','/work','/tmp','/etc','/home','/run') for d,_,fs in os.walk(r) for f in fs "
     "if os.path.isfile(os.path.join(d,f)) and os.access(os.path.join(d,f), os.R_OK) and k.encode() in open(os.path.join(d,f),'rb').read(1<<22)]; "
     "print('FOUND:'+' '.join(hits) if hits else 'NOWHERE'); print('KEY-IN-ENV' if k in str(os.environ) else 'NOT-IN-ENV')\"; "
     "echo SNOOP-DONE"
@@ -87,7 +88,8 @@ def fakemodel():
 def run_agent(tmp_path: Path, fm: FakeModel, kind: str, model: str, *, verifier: str = "inprocess",
               rounds: int = 1, **cfg):
     # 250 ms per request: a change the verifier's own clock sees through each run's start-up
-    repo = make_target(tmp_path, python=sys.executable, delay_ms=250, config=agent_config(kind, model, **cfg))
+    python = "python3" if verifier == "sandbox" else sys.executable  # in containers: the image's own
+    repo = make_target(tmp_path, python=python, delay_ms=250, config=agent_config(kind, model, **cfg))
     spec = load_task(repo, None, f"t-{model}")
     agent = make_agent(spec)
     agent.environ = {"OPENAI_API_KEY": API_KEY}

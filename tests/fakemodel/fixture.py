@@ -1,8 +1,9 @@
 """The scripted model server in a container, reachable by a DNS name.
 
 :class:`FakeModel` starts ``tests.fakemodel.server`` in a container of the
-sandbox's base image (the host's Python and venv mounted read-only, like any
-sandbox job) on its own docker network, under the alias :data:`HOST`. An
+sandbox's runtime image (:mod:`harness.images`: Python, fastapi and uvicorn;
+only this ``tests/fakemodel`` directory mounted, read-only: it plays the model
+API, outside the sandbox) on its own docker network, under the alias :data:`HOST`. An
 agent reaches it only through the egress proxy: pass :attr:`network` as the
 proxy's upstream network and :data:`HOST` as the runner profile's only
 allowed host; tinyproxy resolves the alias with docker's DNS on that network.
@@ -23,7 +24,7 @@ import httpx
 
 from harness import sandbox
 from harness.egress import discard
-from harness.hostlibs import lib_mounts
+from harness.images import sandbox_image
 
 HOST = "model.rsi.test"
 PORT = 8000
@@ -37,7 +38,7 @@ class FakeModel:
     def __init__(self, scripts: dict[str, list[dict]], *, api_key: str = "", image: str | None = None):
         self.scripts = scripts
         self.api_key = api_key
-        self.image = image or sandbox.RunnerProfile().image
+        self.image = sandbox_image(image or sandbox.RunnerProfile().image)
         self.client: Any = None  # docker SDK objects (untyped)
         self.network: Any = None
         self.container: Any = None
@@ -74,20 +75,16 @@ class FakeModel:
             Path(p).chmod(0o755 if p == self.dir else 0o644)
         self.network = self.client.networks.create(f"rsi-fakemodel-{tag}", driver="bridge",
                                                    labels={LABEL: "1"})
-        volumes = {m.source: {"bind": m.target, "mode": "ro"} for m in sandbox.python_mounts()}
-        volumes[str(REPO_ROOT)] = {"bind": str(REPO_ROOT), "mode": "ro"}
-        volumes[self.dir] = {"bind": "/fakemodel", "mode": "ro"}
-        libs, lib_env = lib_mounts()  # uvicorn imports ssl; the base image has no libssl
-        for src, dst in libs:
-            volumes[src] = {"bind": dst, "mode": "ro"}
+        volumes = {str(Path(__file__).resolve().parent): {"bind": "/opt/rsi-test/tests/fakemodel", "mode": "ro"},
+                   self.dir: {"bind": "/fakemodel", "mode": "ro"}}
         self.container = self.client.containers.create(
             self.image,
             [sandbox.python_executable(), "-m", "tests.fakemodel.server", "--script",
              "/fakemodel/script.json", "--api-key-file", "/fakemodel/key", "--port", str(PORT)],
             name=f"rsi-fakemodel-{tag}", user=sandbox.SANDBOX_UID, cap_drop=["ALL"],
             security_opt=["no-new-privileges"], read_only=True, tmpfs={"/tmp": "rw,size=16m"},
-            working_dir=str(REPO_ROOT), environment={"PYTHONPATH": str(REPO_ROOT), "HOME": "/tmp",
-                                                     "PYTHONDONTWRITEBYTECODE": "1", **lib_env},
+            working_dir="/opt/rsi-test", environment={"PYTHONPATH": "/opt/rsi-test", "HOME": "/tmp",
+                                                      "PYTHONDONTWRITEBYTECODE": "1"},
             network=self.network.name, labels={LABEL: "1"}, detach=True, volumes=volumes,
             mem_limit=512 * 1024**2, pids_limit=64)
         self.network.disconnect(self.container)

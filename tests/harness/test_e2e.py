@@ -38,7 +38,7 @@ def test_tuner_with_real_verifier_in_process(tmp_path: Path):
 
 @pytest.mark.docker
 def test_replay_with_real_verifier_in_containers(tmp_path: Path):
-    repo = make_target(tmp_path, python=sys.executable)
+    repo = make_target(tmp_path, python="python3")  # the image's: nothing of the host is mounted
     p1 = make_patch(repo, tmp_path / "1.patch", "return only the first word", {"app/core.py": TRUNCATED_CORE})
     p2 = make_patch(repo, tmp_path / "2.patch", "lower the per-request delay", {"app/settings.toml": FASTER_SETTINGS})
     spec = load_task(repo, None, "box")
@@ -62,7 +62,7 @@ def test_candidate_cannot_touch_the_baselines_in_the_verifier_container(tmp_path
     """A candidate whose benchmark code tries to slow the baseline down by
     editing its tree: each run is its own container with only its own
     checkout, read-only, so it cannot."""
-    repo = make_target(tmp_path, python=sys.executable)
+    repo = make_target(tmp_path, python="python3")  # the image's: nothing of the host is mounted
     spec = load_task(repo, None, "evil")
     from harness.verification import SandboxVerifier
     from harness.workspace import Workspace

@@ -12,16 +12,17 @@ from pathlib import Path
 import pytest
 
 from harness import sandbox
+from harness.agents.command import PRESETS
 from harness.egress import EGRESS_IMAGE, EgressInfo, host_pattern, tinyproxy_config
-from harness.sandbox import Mount, SandboxJob, container_kwargs, python_mounts
+from harness.sandbox import Mount, SandboxJob, container_kwargs
 from harness.spec import RunnerProfile
 from tests.netprobe import REACH, HostListener
 
-PY = sys.executable
+PY = "python3"  # the image's own (harness.images): nothing of the host is mounted
 
 
 def py_job(code: str, **kw) -> SandboxJob:
-    return SandboxJob(command=[PY, "-c", code], mounts=python_mounts(), **kw)
+    return SandboxJob(command=[PY, "-c", code], **kw)
 
 
 def test_kwargs_cpu_profile_is_locked_down():
@@ -103,10 +104,12 @@ def test_kwargs_npu():
     assert kw["devices"][0] == "/dev/davinci2:/dev/davinci2:rwm"
 
 
-def test_python_mounts_same_paths_read_only():
-    ms = python_mounts()
-    assert all(m.source == m.target and m.read_only for m in ms)
-    assert any(Path(sys.base_prefix).resolve() == Path(m.source) for m in ms)
+def test_kwargs_mount_only_what_the_job_names():
+    """No mount of the host's Python, venv or checkout: the image carries them."""
+    kw = container_kwargs(SandboxJob(command=["true"], mounts=[Mount(source="/srv/x", target="/work/repo")]),
+                          RunnerProfile())
+    assert kw["volumes"] == {"/srv/x": {"bind": "/work/repo", "mode": "ro"}}
+    assert not any(p in kw["environment"]["PATH"] for p in (sys.prefix, sys.base_prefix))
 
 
 @pytest.mark.docker
@@ -269,10 +272,9 @@ def model_api(tmp_path):
     net = client.networks.create(f"rsi-test-api-{tag}", driver="bridge", internal=True)
     server = None
     try:
-        mounts = {m.source: {"bind": m.target, "mode": "ro"} for m in python_mounts()}
-        mounts[str(www)] = {"bind": "/srv", "mode": "ro"}
+        mounts = {str(www): {"bind": "/srv", "mode": "ro"}}
         server = client.containers.create(
-            "rsi-bot/base:bookworm", [PY, "-m", "http.server", "8080", "-d", "/srv"],
+            sandbox.sandbox_image(RunnerProfile().image), [PY, "-m", "http.server", "8080", "-d", "/srv"],
             name=f"rsi-test-api-{tag}", user="1000:1000", volumes=mounts, detach=True,
             network=net.name)
         net.disconnect(server)
@@ -356,3 +358,133 @@ def test_an_agent_reaches_its_proxy_and_nothing_on_the_host(model_api):
         assert len(listener.accepted) == 1, listener.accepted  # the sanity check's only
     finally:
         listener.close()
+
+
+# ------------------------- every agent preset x every egress shape: no way to the host
+
+MATRIX_PROBE = REACH + """
+import base64, urllib.request
+spec = json.loads(base64.b64decode(sys.argv[1]))
+via_proxy = {}
+if os.environ.get("HTTP_PROXY"):  # ask the proxy for the host too: it must refuse, never connect
+    for host in spec["hosts"]:
+        try:
+            with urllib.request.build_opener(urllib.request.ProxyHandler()).open(
+                    f"http://{host}:{spec['port']}/", timeout=5) as r:
+                via_proxy[host] = r.status
+        except urllib.error.HTTPError as e:
+            via_proxy[host] = e.code
+        except Exception as e:
+            via_proxy[host] = type(e).__name__
+ifaces = sorted(n for _, n in socket.if_nameindex())
+print("RESULT " + json.dumps({"host": reach(spec["hosts"], spec["port"]), "via_proxy": via_proxy,
+                              "ifaces": ifaces, "proxy": os.environ.get("HTTP_PROXY", ""),
+                              "gateway": os.environ.get("OPENAI_API_BASE", "")}))
+"""
+
+MODEL_BASE = "http://model-api.test:8080/v1"
+EGRESS_SHAPES = {
+    # name: (allowed_hosts, through the model gateway)
+    "no hosts": ([], False),
+    "model host only": (["model-api.test"], False),
+    "gateway": (["model-api.test"], True),  # the model host is the only host: no proxy at all
+    "gateway and proxy": (["model-api.test", "other-api.test"], True),
+}
+
+
+@pytest.fixture(scope="module")
+def host_listener():
+    listener = HostListener()
+    listener.sanity_check()
+    yield listener
+    listener.close()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("shape", list(EGRESS_SHAPES))
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener, tmp_path: Path, preset, shape):
+    """Attack: an agent connects to a service on the runner bound to 0.0.0.0,
+    at every host address and its network's gateway, directly and through its
+    proxy. With the model gateway as the only allowed host, the agent's
+    network used to be made without ``inhibit_ipv4`` and unchecked, and an
+    agent reached the host listener. Every network now comes from
+    ``egress.agent_network``, for every preset and shape."""
+    import base64
+    import json
+
+    from harness.agents.command import CommandAgent
+    from tests.harness.target import make_target
+    from tests.harness.test_agents import ctx_for
+
+    hosts, via_gateway = EGRESS_SHAPES[shape]
+    env = {"OPENAI_API_BASE": MODEL_BASE} if via_gateway else {}
+    profile = RunnerProfile(allowed_hosts=hosts, env=env)
+    before = len(host_listener.accepted)
+    addrs = host_listener.addresses()  # once: other sessions add and remove docker networks
+    spec = base64.b64encode(json.dumps({"hosts": addrs, "port": host_listener.port}).encode())
+    code = base64.b64encode(MATRIX_PROBE.encode()).decode()
+    agent = CommandAgent.preset(preset, environ={"OPENAI_API_KEY": "sk-matrix-0123456789"}, profile=profile,
+                                upstream_networks=(model_api,))
+    agent.template = f"python3 -c \"import base64, sys; exec(base64.b64decode('{code}'))\" {spec.decode()}"
+    ctx = ctx_for(make_target(tmp_path, python="python3"), tmp_path)
+    out = agent.run(ctx)
+    line = next((x for x in out.log.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, (out.error, out.log[-2000:])
+    seen = json.loads(line[len("RESULT "):])
+    assert "reached" not in seen["host"].values(), seen
+    assert all(v == 403 or isinstance(v, str) for v in seen["via_proxy"].values()), seen  # refused, never relayed
+    assert host_listener.wait_for(before + 1, timeout_s=1) == before, host_listener.accepted  # nothing arrived
+    if not hosts:
+        assert seen["ifaces"] == ["lo"], seen  # no network at all
+    else:
+        assert set(seen["host"]) > set(addrs), seen  # the network's gateway was tried too
+        assert bool(seen["proxy"]) == (set(hosts) != {"model-api.test"} or not via_gateway), seen
+        assert bool(seen["gateway"]) == via_gateway, seen
+
+
+class _Network:
+    """The docker SDK's Network as far as ``agent_network`` uses it (the engine's answer)."""
+
+    def __init__(self, subnet: str, options: dict[str, str]):
+        self.name = "rsi-egress-test"
+        self.attrs = {"IPAM": {"Config": [{"Subnet": subnet}]}, "Internal": True, "Options": options}
+        self.removed = False
+
+    def reload(self) -> None:
+        pass
+
+    def remove(self) -> None:
+        self.removed = True
+
+
+class _Networks:
+    def __init__(self, subnet: str, honour: bool = True):
+        self.subnet, self.honour, self.asked, self.made = subnet, honour, [], []
+
+    def create(self, name, **kw):
+        self.asked.append(kw)
+        self.made.append(_Network(self.subnet, kw.get("options", {}) if self.honour else {}))
+        return self.made[-1]
+
+
+def test_agent_network_is_always_internal_without_a_host_address_and_checked():
+    """The one maker of agent networks asks for no host address every time and
+    refuses (and removes) a network the engine made otherwise: one this host
+    holds an address of, or one without the option."""
+    from harness.egress import NO_HOST_ADDRESS, EgressError, agent_network
+
+    client = type("C", (), {})()
+    client.networks = _Networks("198.18.251.0/24")  # no address of this host's
+    net = agent_network(client)
+    (kw,) = client.networks.asked
+    assert kw["internal"] is True and kw["options"] == NO_HOST_ADDRESS and kw["enable_ipv6"] is False
+    assert not net.removed
+    client.networks = _Networks("127.0.0.0/8")  # this host holds 127.0.0.1: reachable around the proxy
+    with pytest.raises(EgressError, match="gave this host the address"):
+        agent_network(client)
+    assert client.networks.made[0].removed
+    client.networks = _Networks("198.18.251.0/24", honour=False)  # an engine that ignored the option
+    with pytest.raises(EgressError, match="refusing it"):
+        agent_network(client)
+    assert client.networks.made[0].removed

@@ -24,6 +24,8 @@ from verifier.verdict import Verdict
 
 from .target import make_target
 
+IMAGE = "rsi-bot/runtime:0123456789abcdef"  # what SandboxVerifier would resolve the default image to
+
 FAKE = """#!/bin/sh
 # a stand-in for `python -I -m verifier ...`: records how it was called
 shift 3
@@ -61,7 +63,8 @@ def verify(fake, spec, tmp_path, *, code: int, report: str | None, environ=None,
     (log / "code").write_text(str(code))
     if report is not None:
         (log / "report").write_text(report)
-    v = SandboxVerifier(work_root=tmp_path, python=str(script), environ=environ or {"PATH": os.environ["PATH"]})
+    v = SandboxVerifier(work_root=tmp_path, python=str(script), environ=environ or {"PATH": os.environ["PATH"]},
+                        image=IMAGE)
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(exist_ok=True)
     b.mkdir(exist_ok=True)
@@ -85,9 +88,9 @@ def test_a_clean_run_is_the_verifiers_verdict_and_streams_progress(fake, spec, t
     assert (log / "mode").read_text().strip() == "700"  # host-only scratch dir
     assert not Path(spec_file).exists() and not Path((log / "cwd").read_text().strip()).exists()  # removed
     iso = IsolationSpec.model_validate_json((log / "isolation.json").read_text())
-    assert iso.image == spec.runner.active.image and iso.base_kwargs["user"] == "1000:1000"
+    assert iso.image == IMAGE and iso.base_kwargs["user"] == "1000:1000"
     assert iso.base_kwargs["cap_drop"] == ["ALL"] and iso.base_kwargs["mem_limit"] == 4 * 1024**3
-    assert any(m["mode"] == "ro" for m in iso.base_kwargs["volumes"].values())
+    assert not iso.base_kwargs.get("volumes")  # nothing of the host: the image carries Python
 
 
 @pytest.mark.parametrize(
@@ -127,7 +130,7 @@ def test_a_verifier_that_hangs_is_killed_and_is_an_error(fake, spec, tmp_path: P
 def test_calibration_failures_raise_with_the_reason(fake, spec, tmp_path: Path):
     script, log = fake
     (log / "code").write_text("2")
-    v = SandboxVerifier(work_root=tmp_path, python=str(script), environ={"PATH": os.environ["PATH"]})
+    v = SandboxVerifier(work_root=tmp_path, python=str(script), environ={"PATH": os.environ["PATH"]}, image=IMAGE)
     with pytest.raises(RuntimeError, match="left no report|exit code 2"):
         v.calibrate(tmp_path, spec)
     assert (log / "argv").read_text().startswith("calibrate-dir\n")
@@ -141,7 +144,7 @@ def test_isolation_spec_for_accelerators(tmp_path: Path):
         'memory = "8g"\ncpus = 4\n')
     from harness.spec import build_task
 
-    d = isolation_spec(build_task(cfg, "", "t"))
+    d = isolation_spec(build_task(cfg, "", "t"), image=IMAGE)
     assert json.loads(json.dumps(d)) == d
     assert d["base_kwargs"]["device_requests"][0]["device_ids"] == ["0", "1"]
     assert d["base_kwargs"]["nano_cpus"] == 4 * 10**9 and "command" not in d["base_kwargs"]
@@ -192,7 +195,6 @@ def test_hidden_host_paths_stay_out_of_every_containers_base(tmp_path: Path):
 
     spec = build_task(cfg, "", "t")
     assert spec.verify.hidden.env == {"PROMPTS": str(secret)}
-    d = isolation_spec(spec)
+    d = isolation_spec(spec, image=IMAGE)
     volumes = d["base_kwargs"].get("volumes") or {}
     assert str(secret) not in volumes and all(str(secret) not in str(v) for v in volumes.values())
-    assert any(v["mode"] == "ro" for v in volumes.values())  # the Python mounts are still there

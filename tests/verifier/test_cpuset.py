@@ -155,7 +155,9 @@ def test_auto_cpus_reach_every_container(tmp_path, monkeypatch):
     monkeypatch.setattr(
         isolation, "cpu_busy", lambda sample_s=1.0: {c: float(c != want) for c in allowed}
     )
-    image = os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm")
+    from tests.images import runtime_image
+
+    image = runtime_image()
     cfg = _config(Path("- [%d]" % want), "auto:1").replace(sys.executable, "python3")
     base = _checkout(tmp_path / "base", cfg)
     cand = _checkout(tmp_path / "cand", cfg)

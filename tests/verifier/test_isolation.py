@@ -26,8 +26,7 @@ from verifier.isolation import (
 )
 from verifier.runner import run_once, run_setup
 
-BASE_IMAGE = os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm")
-PY = sys.executable
+PY = "python3"  # the image's own (tests/images.py); nothing of the host is mounted
 
 PROBE = textwrap.dedent(
     r"""
@@ -173,7 +172,9 @@ def docker_iso():
         if os.environ.get("RSI_REQUIRE_DOCKER") == "1":
             pytest.fail(f"docker required but unavailable: {why}")
         pytest.skip(why)
-    iso = ContainerIsolation(IsolationSpec.simple(BASE_IMAGE, cpus=1, memory="1g"))
+    from tests.images import runtime_image
+
+    iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
     yield iso
     iso.close()
 
@@ -256,20 +257,12 @@ def test_spec_file_and_cli_choices(tmp_path):
     assert simple.base_kwargs["mem_limit"] == 2 << 30
 
 
-def test_a_venv_reached_through_a_link_is_mounted_at_the_links_path_too(tmp_path, monkeypatch):
-    """CI keeps the venv in its cache and links ``.venv`` to it: commands name
-    the interpreter by the link's path, which must exist in the container."""
-    real = tmp_path / "cache" / "venvs" / "k1"
-    (real / "bin").mkdir(parents=True)
-    link = tmp_path / "clone" / ".venv"
-    link.parent.mkdir()
-    link.symlink_to(real)
-    monkeypatch.setattr(sys, "prefix", str(link))
-    vols = IsolationSpec.simple("img").base_kwargs["volumes"]
-    assert vols[str(real.resolve())] == {"bind": str(real.resolve()), "mode": "ro"}
-    assert vols[str(link)] == {"bind": str(link), "mode": "ro"}
-    monkeypatch.setattr(sys, "prefix", str(real))  # no link: one mount, at its own path
-    assert str(link) not in IsolationSpec.simple("img").base_kwargs["volumes"]
+def test_a_simple_spec_mounts_nothing_of_this_host():
+    """The image carries the benchmark's Python: neither this host's Python
+    prefix, nor its venv, nor this checkout is mounted."""
+    kw = IsolationSpec.simple("img", cpus=1).base_kwargs
+    assert "volumes" not in kw
+    assert not any(p in kw["environment"]["PATH"] for p in (sys.prefix, sys.base_prefix))
 
 
 # ---- process isolation (fast) ----------------------------------------------------------
@@ -531,7 +524,9 @@ def test_cli_verify_dirs_in_containers_with_a_spec_file(docker_iso, tmp_path):
     (base / ".rsi").mkdir()
     (base / ".rsi" / "config.toml").write_text(CLI_CONFIG)
     spec = tmp_path / "spec.json"
-    spec.write_text(IsolationSpec.simple(BASE_IMAGE, cpus=1, memory="1g").model_dump_json())
+    from tests.images import runtime_image
+
+    spec.write_text(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g").model_dump_json())
     report = tmp_path / "verdict.json"
     res = CliRunner().invoke(app, [
         "verify-dirs", str(base), str(cand), "--isolation", "container",

@@ -89,7 +89,6 @@ def test_process_isolation_pins_cpus_threads_and_counts_switches(tmp_path: Path)
 
 @pytest.mark.docker
 def test_container_isolation_pins_cpus_threads_and_counts_switches(tmp_path: Path):
-    import sys
 
     from tests.conftest import docker_unavailable_reason
     from verifier.isolation import ContainerIsolation, IsolationSpec
@@ -99,8 +98,9 @@ def test_container_isolation_pins_cpus_threads_and_counts_switches(tmp_path: Pat
         if os.environ.get("RSI_REQUIRE_DOCKER") == "1":
             pytest.fail(f"docker required but unavailable: {why}")
         pytest.skip(why)
-    image = os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm")
-    iso = ContainerIsolation(IsolationSpec.simple(image, cpus=1, memory="1g"))
+    from tests.images import PY, runtime_image
+
+    iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
     cpu = min(os.sched_getaffinity(0))
     iso.pin(str(cpu))
     script = (
@@ -108,7 +108,7 @@ def test_container_isolation_pins_cpus_threads_and_counts_switches(tmp_path: Pat
         "print(sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])"
     )
     try:
-        res = run_job(iso, Job(f'{sys.executable} -c "{script}"', tmp_path, {}, 60))
+        res = run_job(iso, Job(f'{PY} -c "{script}"', tmp_path, {}, 60))
     finally:
         iso.close()
     assert res.returncode == 0, res.stderr_tail

@@ -66,8 +66,9 @@ def test_a_run_writing_past_its_run_dir_cap_is_an_error_naming_the_cap(tmp_path:
 
     if (why := docker_unavailable_reason()) is not None:
         pytest.skip(why)
-    base = os.environ.get("RSI_BASE_IMAGE", "rsi-bot/base:bookworm")
-    spec = IsolationSpec.simple(base, cpus=1, memory="512m").model_copy(update={"run_dir_mib": 8})
+    from tests.images import PY, runtime_image
+
+    spec = IsolationSpec.simple(runtime_image(), cpus=1, memory="512m").model_copy(update={"run_dir_mib": 8})
     iso = ContainerIsolation(spec)
     checkout = tmp_path / "c"
     checkout.mkdir()
@@ -75,7 +76,7 @@ def test_a_run_writing_past_its_run_dir_cap_is_an_error_naming_the_cap(tmp_path:
     work = tmp_path / "work"
     work.mkdir()
     try:
-        bench = BenchmarkConfig(name="b", command=f"{sys.executable} fill.py", metrics={"speed": "higher"},
+        bench = BenchmarkConfig(name="b", command=f"{PY} fill.py", metrics={"speed": "higher"},
                                 timeout_s=120)
         rec = run_once(bench, checkout, isolation=iso, workdir=work)
     finally:

@@ -1,0 +1,120 @@
+"""What images built for the sandbox cost (issue 30): their build time, and the
+start time of every container of a run (target: <= 0.5 s).
+
+Build times: each image is built anew under a throwaway tag from the same
+inputs (``docker build --no-cache``; the .debs and wheels come from the
+cache, as on a CI machine that ran ``scripts/build-images.sh`` before, and
+nothing is downloaded unless the cache is empty), then the tag is removed.
+``--builds runtime`` (the default) times only the runtime image (this
+checkout's packages: what a change to the code rebuilds); ``--builds all``
+also the python image (Debian's Python + rsi-bot's dependencies with torch)
+and the agents image (the presets' venvs): minutes on two busy cores.
+
+Start times, per container (median and max of ``--runs``), on the runtime and
+agents images, and for comparison on the base image (117 MB, no Python: what
+the old way started, with the host's Python mounted):
+
+* ``sandbox.run``: create -> running (``SandboxResult.start_s``, an agent's
+  container; the job is ``true``);
+* the verifier's job container (``ContainerIsolation.start``): create, start,
+  cgroup found, the command exec'd;
+* a whole verifier job running ``python3 -c pass`` (start to removal).
+
+    .venv/bin/python benchmarks/sandbox_images.py [--runs 10] [--builds runtime|all|none]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import images, sandbox  # noqa: E402
+from harness.spec import RunnerProfile  # noqa: E402
+from verifier.isolation import ContainerIsolation, IsolationSpec, Job  # noqa: E402
+
+
+def timed_builds(which: str) -> list[tuple[str, float, str]]:
+    python = images.python_tag(images._base_id())
+    rows = []
+    steps = [("runtime", lambda tag: images.build_runtime(python, tag=tag, no_cache=True))]
+    if which == "all":
+        steps = [("python", lambda tag: images.build_python(tag=tag, no_cache=True)),
+                 ("agents", lambda tag: images.build_agents(python, tag=tag, no_cache=True)), *steps]
+    for name, build in steps:
+        tag = f"rsi-bot/bench-{name}:{uuid.uuid4().hex[:8]}"
+        t0 = time.perf_counter()
+        build(tag)
+        took = time.perf_counter() - t0
+        size = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", tag],
+                              capture_output=True, text=True).stdout.strip()
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+        rows.append((name, took, f"{int(size) / 2**20:.0f} MiB" if size.isdigit() else "?"))
+    return rows
+
+
+def sandbox_starts(image: str, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        res = sandbox.run(sandbox.SandboxJob(command=["true"], timeout_s=60), RunnerProfile(image=image))
+        if not res.ok:
+            raise SystemExit(f"sandbox.run on {image} failed: {res.error or res.output}")
+        out.append(res.start_s)
+    return out
+
+
+def verifier_starts(image: str, runs: int) -> tuple[list[float], list[float]]:
+    iso = ContainerIsolation(IsolationSpec.simple(image, cpus=1, memory="1g"))
+    starts, whole = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        checkout = Path(tmp)
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            handle = iso.start(Job("python3 -c pass" if image != images.BASE_IMAGE else "true", checkout,
+                                   timeout_s=60))
+            starts.append(time.perf_counter() - t0)
+            res = handle.wait()
+            whole.append(time.perf_counter() - t0)
+            if res.returncode != 0:
+                raise SystemExit(f"a verifier job on {image} failed: {res.stderr_tail or res.error}")
+    iso.close()
+    return starts, whole
+
+
+def row(label: str, values: list[float]) -> str:
+    return f"| {label} | {statistics.median(values):.3f} | {max(values):.3f} | {len(values)} |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--builds", choices=("runtime", "all", "none"), default="runtime")
+    args = ap.parse_args()
+    runtime = images.ensure_runtime()
+    agents = images.agents_image()
+    if args.builds != "none":
+        print("| image built anew (--no-cache) | seconds | size |\n| --- | --- | --- |")
+        for name, took, size in timed_builds(args.builds):
+            print(f"| {name} | {took:.1f} | {size} |")
+        print()
+    print("| container start | median s | max s | runs |\n| --- | --- | --- | --- |")
+    for label, image in (("runtime", runtime), ("agents", agents)):
+        print(row(f"sandbox.run create->running, {label}", sandbox_starts(image, args.runs)), flush=True)
+    for label, image in (("base (no Python)", images.BASE_IMAGE), ("runtime", runtime)):
+        starts, whole = verifier_starts(image, args.runs)
+        print(row(f"verifier job create->exec'd, {label}", starts), flush=True)
+        print(row(f"verifier job whole ({'true' if image == images.BASE_IMAGE else 'python3 -c pass'}), {label}",
+                  whole), flush=True)
+    print(f"\nruntime image: {runtime}\nagents image: {agents}")
+
+
+if __name__ == "__main__":
+    main()
