@@ -333,8 +333,8 @@ class QualityGuard(_Model):
     max_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES_CAP)
     """waveform/spectral: the most samples (frames x channels) one output file
     may hold (default 33,554,432: ~35 min of 16 kHz mono); a longer file is an
-    error naming it. It bounds the CPU of a comparison (a spectral one costs
-    ~1 s per million samples here); memory stays bounded whatever it is."""
+    error naming it. It bounds the CPU of a comparison (a spectral one of a file
+    at the default costs ~4-6 s here); memory stays bounded whatever it is."""
 
     @field_validator("kind")
     @classmethod

@@ -78,8 +78,8 @@ more is an error, not a loop over millions of them."""
 DEFAULT_MAX_SAMPLES = 1 << 25
 """Default ``max_samples`` of a waveform or spectral guard: samples (frames x
 channels) in one file; 33.5 M is ~35 min of 16 kHz mono or ~5.8 min of 48 kHz
-stereo, and a spectral comparison of a file that long costs ~30 s of CPU
-here (benchmarks/untrusted_outputs.py). Raise it in the guard's
+stereo, and a spectral comparison of a file that long costs ~4-6 s of CPU
+on this 2-core machine, 16 to 384 kHz (benchmarks/untrusted_outputs.py). Raise it in the guard's
 ``[[quality]]`` table for longer audio (up to ``MAX_SAMPLES_CAP``)."""
 BLOCK_SAMPLES = 1 << 18
 """Samples decoded at a time: 2 MiB as float64."""
