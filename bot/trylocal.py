@@ -33,8 +33,8 @@ flag); 3 the task was refused (e.g. a benchmark too noisy for ``min_gain``);
 from __future__ import annotations
 
 import getpass
-import shutil
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
