@@ -6,8 +6,10 @@ import; a guard of an undeclared kind fails, never falls back to another).
 
 Each check compares one candidate run's outputs with one run's of a reference
 arm (Bk or B0); ``guards.Evaluator`` takes a ``snapshot`` of every measured run
-of every arm (files are read at once, before a later run can overwrite them)
-and judges each candidate run. ``snapshot_digest`` tells whether two runs'
+of every arm as it ends (files are described at once: checked, counted and
+digested; a comparison reads them again from the run's dir, which the session
+keeps until it closes, and fails on a file that changed) and judges each
+candidate run. ``snapshot_digest`` tells whether two runs'
 outputs are bit-exact.
 
 ``evaluate`` judges one guard on two such snapshots and returns the
@@ -141,6 +143,8 @@ def output_length(value: Any, base: Path | None = None) -> float:
         return float(value.size)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray):
         return float(value[0].size)  # a loaded tensor: (array, dtype)
+    if isinstance(value, OutFile):
+        return float(value.size)  # a described .npy file: its elements
     if isinstance(value, list):
         return float(sum(output_length(v, base) for v in value))
     raise QualityError(f"cannot measure the length of {type(value).__name__}")
@@ -316,11 +320,19 @@ def _has_tensor_paths(value: Any) -> bool:
     return False
 
 
-def _tensors(value: Any, bases: list[Path]) -> list[tuple[np.ndarray, str]]:
+Tensor = tuple[np.ndarray, str] | OutFile
+"""A tensor to compare: (array, dtype name) in memory, or an .npy output file
+read block by block (``outfiles.OutFile``)."""
+
+
+def _tensors(value: Any, bases: list[Path]) -> list[Tensor]:
+    """The tensors an ``outputs`` value names: .npy paths described (read
+    block by block when compared), .pt paths loaded (torch reads them whole),
+    or an inline list of numbers."""
     if isinstance(value, str):
-        return [load_tensor(value, bases)]
+        return [_tensor_at(value, bases, 0)]
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return [load_tensor(v, bases) for v in value]
+        return [_tensor_at(v, bases, i) for i, v in enumerate(value)]
     if isinstance(value, list):
         try:
             a = np.asarray(value, dtype=float)
@@ -332,9 +344,14 @@ def _tensors(value: Any, bases: list[Path]) -> list[tuple[np.ndarray, str]]:
     raise QualityError("outputs for allclose must be a path, a list of paths, or a list of numbers")
 
 
-Tensor = tuple[np.ndarray, str] | OutFile
-"""A tensor to compare: (array, dtype name) in memory, or an .npy output file
-read block by block (``outfiles.OutFile``)."""
+def _tensor_at(path: str, bases: list[Path], i: int) -> Tensor:
+    """Tensor ``i`` of an outputs value (its path is never quoted in an error)."""
+    if not path.endswith(".npy"):
+        return load_tensor(path, bases)
+    try:
+        return describe_npy(resolve(path, bases), f"tensor {i}")
+    except OutFileError as e:
+        raise QualityError(str(e)) from None
 
 
 def _tensor_parts(t: Tensor) -> tuple[Samples, str, tuple[int, ...]]:

@@ -239,3 +239,29 @@ def test_comparing_two_long_files_stays_within_the_memory_bound(tmp_path, kind):
     res = json.loads(out.stdout)
     assert res["status"] == "pass", res
     assert 0 < res["grew_mib"] < MEMORY_BOUND_MIB, res
+
+
+def test_npy_outputs_are_described_and_streamed_never_quoting_their_path(tmp_path):
+    """Tensor files (the ``tensor`` kind's files and ``allclose`` outputs
+    naming .npy paths) are checked and read block by block too: an object
+    array or a Fortran-ordered one is an error that never quotes the path a
+    candidate chose."""
+    hidden = "HIDDEN-EVAL-sentence"
+    out = tmp_path / "out"
+    out.mkdir()
+    np.save(out / f"{hidden}.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.save(out / "f.npy", np.asfortranarray(np.ones((3, 4))))
+    x = np.linspace(0, 1, 300_000)
+    np.save(out / "x.npy", x)
+    g = QualityGuard(kind="allclose", output="t")
+    for path, message in ((f"{hidden}.npy", "numbers only"), ("f.npy", "Fortran order")):
+        snap = snapshot({"t": path}, [g], [out])["t"]
+        assert isinstance(snap, QualityError) and message in str(snap), snap
+        assert "HIDDEN" not in str(snap) and "output file 'tensor 0'" in str(snap)
+    snap = snapshot({"t": ["x.npy"]}, [g], [out])
+    (t,) = snap["t"]
+    assert isinstance(t, OutFile) and t.shape == (300_000,) and t.dtype == "<f8"
+    ref = {"t": [(x + 1e-3, "fp64")]}
+    r = evaluate(g, snap, ref, "bk")
+    assert r.status == "fail" and "300000/300000 elements outside" in r.detail, r
+    assert evaluate(g, snap, {"t": [(x.copy(), "fp64")]}, "bk").status == "pass"
