@@ -19,17 +19,23 @@ tree and branches are left alone):
        page/index.html            the task page (bot/web.py's, from a real store)
        task.sqlite                that store (``rsi serve`` reads the same schema)
 
+The candidate is verified in the Docker sandbox unless ``--verify inprocess``
+says otherwise, and only the flag does: ``$RSI_VERIFY_MODE`` set to anything
+but ``sandbox`` without the flag is refused (``verify_mode``), and with the
+flag the first line of the output says that the candidate runs on this host.
+
 Exit codes (also in README.md): 0 the flow ran (whatever the verdicts); 2 the
-config or proposal is invalid; 3 the task was refused (e.g. a benchmark too
-noisy for ``min_gain``); 4 an infrastructure failure (Docker, git, the
-verifier could not run).
+config or proposal is invalid (or the verification mode is not given by the
+flag); 3 the task was refused (e.g. a benchmark too noisy for ``min_gain``);
+4 an infrastructure failure (Docker, git, the verifier could not run).
 """
 
 from __future__ import annotations
 
 import getpass
+import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,32 @@ EXIT_OK, EXIT_INVALID, EXIT_REFUSED, EXIT_INFRA = 0, 2, 3, 4
 TASK_STATE = {"finished": TaskState.FINISHED, "refused": TaskState.REFUSED,
               "paused": TaskState.PAUSED, "stopped": TaskState.STOPPED,
               "running": TaskState.RUNNING}
+
+
+IN_PROCESS = ("inprocess", "in-process", "local")
+"""The names of the in-process verification mode (``harness.verification.make_backend``'s)."""
+HOST_WARNING = ("--verify inprocess: the candidate's code runs ON THIS HOST as {user}, outside any "
+                "container: it can read your files and reach your network; use it only on code you "
+                "trust (without the flag, the Docker sandbox verifies it)")
+
+
+def verify_mode(flag: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The verification mode of ``rsi try``: the ``--verify`` flag's, else
+    ``sandbox``. The environment never chooses it: ``$RSI_VERIFY_MODE`` set to
+    another mode without the flag is a ValueError saying which flag to pass
+    (the in-process mode runs the candidate on this host, so it is taken only
+    from what the user typed)."""
+    env = os.environ if environ is None else environ
+    if flag:
+        return flag
+    named = env.get("RSI_VERIFY_MODE", "").strip()
+    if named and named != "sandbox":
+        where = ("runs the candidate on this host, outside any container"
+                 if named in IN_PROCESS else "is not the Docker sandbox")
+        raise ValueError(f"RSI_VERIFY_MODE={named[:60]} is set, but rsi try takes its verification "
+                         f"mode only from --verify (that mode {where}): pass --verify {named[:60]} "
+                         "to mean it, or unset RSI_VERIFY_MODE to verify in the Docker sandbox")
+    return "sandbox"
 
 
 @dataclass
@@ -140,7 +172,10 @@ def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: Sequenc
     from harness.loop import run_task
     from harness.spec import load_task
 
+    mode = verify_mode(verify)  # ValueError before anything runs
     steps = StepLines(None, 0, echo=typer.echo)  # the task comes next
+    if mode in IN_PROCESS:
+        steps.line(HOST_WARNING.format(user=getpass.getuser()))
     repo, out = Path(repo).resolve(), Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / "target"
@@ -158,7 +193,7 @@ def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: Sequenc
     state_dir = out / "state"
     shutil.rmtree(state_dir, ignore_errors=True)
     result = run_task(target, spec, state_dir=state_dir, keep="propose", agent=agent_obj,
-                      rounds=n_rounds, on_event=steps, verifier=verify)
+                      rounds=n_rounds, on_event=steps, verifier=mode)
     steps.line(f"step 3/4: the loop {result.status}: {result.reason}")
     records = Ledger(target).records(task=task_id)
     db = out / "task.sqlite"
@@ -183,7 +218,7 @@ def try_cmd(
     agent: str | None = typer.Option(None, "--agent", help="tuner | replay | command | claude-code | codex | aider | mini-swe-agent (default: the config's)."),
     patch: list[Path] = typer.Option([], "--patch", exists=True, dir_okay=False, help="For --agent replay: your patch files, one per round."),
     rounds: int | None = typer.Option(None, "--rounds", min=1, help="Rounds (default: the config's)."),
-    verify: str | None = typer.Option(None, "--verify", help="sandbox (Docker; default) | inprocess."),
+    verify: str | None = typer.Option(None, "--verify", help="sandbox (Docker; default) | inprocess: runs the candidate ON THIS HOST, outside any container (only for code you trust; $RSI_VERIFY_MODE never chooses it)."),
     task: Path | None = typer.Option(None, "--task", exists=True, dir_okay=False, help="A proposal (an issue body) to merge into the config."),
     open_page: bool = typer.Option(False, "--open", help="Open the task page in a browser."),
 ) -> None:
@@ -198,7 +233,7 @@ def try_cmd(
         for e in exc.errors:
             typer.echo(f"  - {e}", err=True)
         raise typer.Exit(EXIT_INVALID) from None
-    except ValueError as exc:  # an agent that cannot be made from the config
+    except ValueError as exc:  # an agent that cannot be made, a mode not given by the flag
         typer.echo(f"rsi try: {exc}", err=True)
         raise typer.Exit(EXIT_INVALID) from None
     except Exception as exc:  # noqa: BLE001 - infrastructure: say what failed, exit 4

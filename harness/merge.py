@@ -17,7 +17,8 @@ the repo's bound), and every number must be a real number of the right kind:
                    as a verifier default guard, replaces it only when at least
                    as tight on every bound. Guards are never dropped.
 ``quality``        added (within hard caps); same rule (kind+output) as guards;
-                   ``min_snr_db`` only raised; ``files``, ``dtype`` and
+                   ``min_snr_db`` only raised; ``max_samples`` (the CPU
+                   per output file) only lowered; ``files``, ``dtype`` and
                    ``reference`` never changed
 ``verifier``       ``alpha`` only lowered, ``level``, margins, warm-ups, pair
                    counts and bootstrap sizes only raised, all within hard
@@ -62,6 +63,7 @@ from verifier.config import (
     default_bound,
     percentile_name,
 )
+from verifier.outfiles import DEFAULT_MAX_SAMPLES
 from verifier.qualitykinds import SPECTRAL_MAX_DB
 
 SAFE_AGENT_KINDS = ("tuner", "replay")
@@ -117,14 +119,18 @@ GUARD_FIELDS: dict[str, str] = {
 QUALITY_FIELDS: dict[str, str] = {
     "kind": KEY, "output": KEY, "benchmark": KEY,
     "max": LOWER, "max_delta": LOWER, "max_change": LOWER, "rtol": LOWER, "atol": LOWER,
-    "min_snr_db": RAISE, "max_db": LOWER,
+    "min_snr_db": RAISE, "max_db": LOWER, "max_samples": LOWER,
 }
 """``[[quality]]`` (:class:`verifier.config.QualityGuard`); ``files``, ``dtype`` and
 ``reference`` have no entry: fixed."""
 #: Hard caps on the bounds of a quality guard a proposal adds.
 _QUALITY_CAPS = {"max": 1.0, "max_delta": 1.0, "max_change": 0.5, "rtol": 1.0, "atol": 1.0,
+                 "max_samples": DEFAULT_MAX_SAMPLES,
                  "max_db": 3.0}
-_QUALITY_DEFAULTS = {"output_length": {"max_change": 0.02}, "spectral": {"max_db": SPECTRAL_MAX_DB}}
+_QUALITY_DEFAULTS: dict[str, dict[str, float]] = {
+    "output_length": {"max_change": 0.02},
+    "spectral": {"max_db": SPECTRAL_MAX_DB, "max_samples": DEFAULT_MAX_SAMPLES},
+    "waveform": {"max_samples": DEFAULT_MAX_SAMPLES}}
 MAX_MIN_GAIN = 10.0
 
 
@@ -307,7 +313,7 @@ def _merge_quality(merged: dict[str, Any], value: Any, obj_bench: str) -> list[s
             continue
         same = [j for j, c in enumerate(current) if _quality_key(c, obj_bench) == key]
         if not same:
-            over = [f"{b} = {q[b]} is above the highest allowed, {cap:g}"
+            over = [f"{b} = {q[b]} is above the highest allowed, {cap:,}"
                     for b, cap in _QUALITY_CAPS.items() if b in q and q[b] > cap]
             if over:
                 errors.append(f"{where}: {'; '.join(over)}")

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .matrix import Matrix
 from .qualitykinds import (
     KIND_NAMES,
+    MAX_SAMPLES_CAP,
     QUALITY_KINDS,
     SPECTRAL_MAX_DB,
     kind_param_problems,
@@ -395,6 +396,11 @@ class QualityGuard(_Model):
     """spectral: bound on the worst file's log-mel spectral distance to the
     reference arm's, in dB (default 0.1: honest numeric changes measure <= 0.015,
     audible ones >= 0.27)."""
+    max_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES_CAP)
+    """waveform/spectral: the most samples (frames x channels) one output file
+    may hold (default 33,554,432: ~35 min of 16 kHz mono); a longer file is an
+    error naming it. It bounds the CPU of a comparison (a spectral one of a file
+    at the default costs ~4-6 s here); memory stays bounded whatever it is."""
 
     @field_validator("kind")
     @classmethod

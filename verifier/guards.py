@@ -35,7 +35,8 @@ import numpy as np
 
 from .config import Direction, Guard, QualityGuard, VerifyConfig
 from .measure import Session
-from .quality import evaluate, file_key, snapshot, snapshot_digest, snr_db
+from .outfiles import OutFileError
+from .quality import evaluate, file_key, file_snr, snapshot, snapshot_digest
 from .runner import RunRecord
 from .stats import Estimate, bootstrap_ci, bound_status, clustered_percentile_ci, log_ratios
 from .verdict import Against, GuardResult, Interval, MetricComparison
@@ -82,6 +83,8 @@ class Evaluator:
         """arm -> per run: snapshot key -> digest of its content."""
         self.warnings: list[str] = []
         self._judged: dict[tuple, GuardResult] = {}
+        self._self_snrs: dict[tuple[str, str], tuple[int, float]] = {}
+        """(file key, arm) -> (runs compared with the first, worst SNR so far)."""
 
     # ---- quality snapshots ----------------------------------------------
     def on_run_for(self, qguards: list[QualityGuard], checkouts: dict[str, Path]):
@@ -274,19 +277,21 @@ class Evaluator:
 
     def _self_snr(self, q: QualityGuard, arm: str) -> float | None:
         """The worst SNR of ``arm``'s later runs vs its first (inf: identical;
-        None: fewer than two readable runs)."""
+        None: fewer than two readable runs). Each run is compared once (the
+        files are streamed from disk: a look re-reads only the runs new since
+        the last one)."""
         files: list[dict[str, Any]] = [
             f for s in self.snaps.get(arm, []) if isinstance(f := s.get(file_key(q)), dict)
         ]
         if len(files) < 2:
             return None
-        worst = math.inf
-        for other in files[1:]:
-            for name, (a, rate) in files[0].items():
+        key = (file_key(q), arm)
+        done, worst = self._self_snrs.get(key, (1, math.inf))
+        for other in files[done:]:
+            for name, first in files[0].items():
                 b = other.get(name)
-                if b is None or b[1] != rate:
-                    return -math.inf
-                worst = min(worst, snr_db(b[0], a))
+                worst = min(worst, -math.inf if b is None else _snr(b, first))
+        self._self_snrs[key] = (len(files), worst)
         return worst
 
     # ---- repeatability and visible changes ----------------------------------------
@@ -360,6 +365,14 @@ class Evaluator:
             row["source"] = s.source(metric)
             out.append(MetricComparison(**row))
         return out
+
+
+def _snr(cand: Any, ref: Any) -> float:
+    """``file_snr``, a file that changed since its run being -inf (no bound from it)."""
+    try:
+        return file_snr(cand, ref)
+    except OutFileError:
+        return -math.inf
 
 
 def _badness(g: GuardResult) -> float:

@@ -6,8 +6,10 @@ import; a guard of an undeclared kind fails, never falls back to another).
 
 Each check compares one candidate run's outputs with one run's of a reference
 arm (Bk or B0); ``guards.Evaluator`` takes a ``snapshot`` of every measured run
-of every arm (files are read at once, before a later run can overwrite them)
-and judges each candidate run. ``snapshot_digest`` tells whether two runs'
+of every arm as it ends (files are described at once: checked, counted and
+digested; a comparison reads them again from the run's dir, which the session
+keeps until it closes, and fails on a file that changed) and judges each
+candidate run. ``snapshot_digest`` tells whether two runs'
 outputs are bit-exact.
 
 ``evaluate`` judges one guard on two such snapshots and returns the
@@ -18,6 +20,15 @@ files (``O_NOFOLLOW``: a symlink is an error, never followed; never a FIFO or
 device), size-capped, and only inside the run's dirs (no ``..``, no symlinked
 directory on the way). Paths under ``/rsi/run/outputs`` (a container's view)
 resolve to the run's output dir.
+
+The file guards (waveform, spectral, tensor) never hold a file whole
+(issue 30.3): a run's snapshot holds one ``outfiles.OutFile`` per file (its
+header checked against fixed bounds, its samples counted against the guard's
+``max_samples``, its payload digested), and a comparison streams the two
+files of one name block by block, checking neither changed since its run.
+Memory per run stays under ``outfiles.MEMORY_BOUND_MIB`` (64 MiB) whatever
+the files claim; the CPU per file grows with its samples, bounded by
+``max_samples``. A file past a bound is an error naming it and the bound.
 """
 
 from __future__ import annotations
@@ -32,7 +43,6 @@ import os
 import re
 import stat
 import string
-import wave
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +51,19 @@ from typing import Any
 import numpy as np
 
 from .config import TOLERANCES, QualityGuard
+from .outfiles import (
+    DEFAULT_MAX_SAMPLES,
+    MAX_FILE_BYTES,
+    ArrayFile,
+    OutFile,
+    OutFileError,
+    Samples,
+    decode_pcm,
+    describe_npy,
+    describe_wav,
+    pairs,
+    parse_wav,
+)
 from .protocol import ProtocolError, read_regular
 from .qualitykinds import QUALITY_KINDS, SPECTRAL_MAX_DB, KindDecl, unknown_kind_message
 from .verdict import Against, GuardResult, arm_label
@@ -49,7 +72,6 @@ _PUNCT = re.compile(
     "[" + re.escape(string.punctuation) + "\u2018\u2019\u201c\u201d\u2013\u2014\u2026]"
 )
 TENSOR_SUFFIXES = (".npy", ".pt", ".pth")
-MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_FILES = 10_000
 CONTAINER_OUTPUTS = "/rsi/run/outputs/"
 
@@ -121,6 +143,8 @@ def output_length(value: Any, base: Path | None = None) -> float:
         return float(value.size)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray):
         return float(value[0].size)  # a loaded tensor: (array, dtype)
+    if isinstance(value, OutFile):
+        return float(value.size)  # a described .npy file: its elements
     if isinstance(value, list):
         return float(sum(output_length(v, base) for v in value))
     raise QualityError(f"cannot measure the length of {type(value).__name__}")
@@ -279,6 +303,9 @@ def _feed(h: Any, v: Any) -> None:
             _feed(h, x)
             h.update(b",")
         h.update(b"]")
+    elif isinstance(v, OutFile):  # its payload's digest, taken when it was described
+        h.update(f"file:{v.kind}:{v.rate}:{v.channels}:{v.width}:{v.dtype}:{v.shape}:".encode())
+        h.update(v.digest.encode())
     elif isinstance(v, QualityError):
         h.update(b"error:" + str(v).encode())
     else:
@@ -293,11 +320,19 @@ def _has_tensor_paths(value: Any) -> bool:
     return False
 
 
-def _tensors(value: Any, bases: list[Path]) -> list[tuple[np.ndarray, str]]:
+Tensor = tuple[np.ndarray, str] | OutFile
+"""A tensor to compare: (array, dtype name) in memory, or an .npy output file
+read block by block (``outfiles.OutFile``)."""
+
+
+def _tensors(value: Any, bases: list[Path]) -> list[Tensor]:
+    """The tensors an ``outputs`` value names: .npy paths described (read
+    block by block when compared), .pt paths loaded (torch reads them whole),
+    or an inline list of numbers."""
     if isinstance(value, str):
-        return [load_tensor(value, bases)]
+        return [_tensor_at(value, bases, 0)]
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return [load_tensor(v, bases) for v in value]
+        return [_tensor_at(v, bases, i) for i, v in enumerate(value)]
     if isinstance(value, list):
         try:
             a = np.asarray(value, dtype=float)
@@ -309,18 +344,37 @@ def _tensors(value: Any, bases: list[Path]) -> list[tuple[np.ndarray, str]]:
     raise QualityError("outputs for allclose must be a path, a list of paths, or a list of numbers")
 
 
-def allclose(
-    cand: list[tuple[np.ndarray, str]], ref: list[tuple[np.ndarray, str]], guard: QualityGuard
-) -> tuple[bool, float, str]:
-    """(ok, max abs error, detail) comparing tensors with the per-dtype tolerances."""
+def _tensor_at(path: str, bases: list[Path], i: int) -> Tensor:
+    """Tensor ``i`` of an outputs value (its path is never quoted in an error)."""
+    if not path.endswith(".npy"):
+        return load_tensor(path, bases)
+    try:
+        return describe_npy(resolve(path, bases), f"tensor {i}")
+    except OutFileError as e:
+        raise QualityError(str(e)) from None
+
+
+def _tensor_parts(t: Tensor) -> tuple[Samples, str, tuple[int, ...]]:
+    """(values, dtype name, shape) of a tensor in memory or in a file."""
+    if isinstance(t, OutFile):
+        name = np.dtype(t.dtype).name
+        return t, _NP_DTYPE.get(name, name), t.shape
+    a, dtype = t
+    return ArrayFile(np.asarray(a)), dtype, tuple(np.shape(a))
+
+
+def allclose(cand: list[Tensor], ref: list[Tensor], guard: QualityGuard) -> tuple[bool, float, str]:
+    """(ok, max abs error, detail) comparing tensors with the per-dtype
+    tolerances, block by block (a tensor file is never held whole)."""
     if len(cand) != len(ref):
         return False, float("inf"), f"{len(cand)} tensors vs {len(ref)} in the reference"
     worst = 0.0
     details = []
     ok = True
-    for i, ((c, cd), (r, rd)) in enumerate(zip(cand, ref, strict=True)):
-        if c.shape != r.shape:
-            return False, float("inf"), f"tensor {i}: shape {c.shape} vs reference {r.shape}"
+    for i, (ct, rt) in enumerate(zip(cand, ref, strict=True)):
+        (c, cd, cs), (r, rd, rs) = _tensor_parts(ct), _tensor_parts(rt)
+        if cs != rs:
+            return False, float("inf"), f"tensor {i}: shape {cs} vs reference {rs}"
         if cd != rd and guard.dtype is None:
             return False, float("inf"), f"tensor {i}: dtype {cd} vs reference {rd}"
         row = guard.dtype or rd
@@ -330,22 +384,12 @@ def allclose(
             rtol, atol = 0.0, 0.0  # integer or unknown dtypes: exact
         rtol = guard.rtol if guard.rtol is not None else rtol
         atol = guard.atol if guard.atol is not None else atol
-        c64 = c.astype(np.float64)
-        r64 = r.astype(np.float64)
-        if not np.isfinite(c64).all() and not np.array_equal(np.isfinite(c64), np.isfinite(r64)):
-            return (
-                False,
-                float("inf"),
-                f"tensor {i}: non-finite values where the reference has none",
-            )
-        diff = np.abs(c64 - r64)
-        finite = np.isfinite(diff)
-        err = float(diff[finite].max()) if finite.any() else 0.0
+        bad, err, nonfinite = _close(c, r, rtol, atol)
+        if nonfinite:
+            return False, float("inf"), f"tensor {i}: non-finite values where the reference has none"
         worst = max(worst, err)
-        close = np.isclose(c64, r64, rtol=rtol, atol=atol, equal_nan=True)
-        if not close.all():
+        if bad:
             ok = False
-            bad = int((~close).sum())
             details.append(
                 f"tensor {i} ({row}): {bad}/{c.size} elements outside rtol={rtol:g} atol={atol:g}, "
                 f"max abs error {err:.3g}"
@@ -357,16 +401,34 @@ def allclose(
     return ok, worst, "; ".join(details)
 
 
-# ---- output files: waveform and tensor guards ------------------------------------
+def _close(c: Samples, r: Samples, rtol: float, atol: float) -> tuple[int, float, bool]:
+    """(elements outside the tolerance, max finite abs error, whether the
+    candidate has non-finite values where the reference's differ) of two
+    tensors of the same size, block by block."""
+    bad, err, c_nonfinite, pattern_differs = 0, 0.0, False, False
+    for c64, r64 in pairs(c, r):
+        cf, rf = np.isfinite(c64), np.isfinite(r64)
+        c_nonfinite = c_nonfinite or not cf.all()
+        pattern_differs = pattern_differs or not np.array_equal(cf, rf)
+        diff = np.abs(c64 - r64)
+        finite = np.isfinite(diff)
+        if finite.any():
+            err = max(err, float(diff[finite].max()))
+        bad += int((~np.isclose(c64, r64, rtol=rtol, atol=atol, equal_nan=True)).sum())
+    return bad, err, c_nonfinite and pattern_differs
+
+
+# ---- output files: waveform, spectral and tensor guards ---------------------------
 
 
 def file_key(g: QualityGuard) -> str:
     return f"files:{g.kind}:{g.files}"
 
 
-def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, Any] | QualityError:
-    """name -> loaded file for every entry of ``out_dir`` matching ``g.files``
-    (a symlink, FIFO or other non-regular entry is an error, not followed)."""
+def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, OutFile] | QualityError:
+    """name -> ``OutFile`` (checked, counted, digested; never held whole) for
+    every entry of ``out_dir`` matching ``g.files`` (a symlink, FIFO or other
+    non-regular entry is an error, not followed; so is a file past a bound)."""
     try:
         entries = sorted(os.scandir(out_dir), key=lambda e: e.name)
     except OSError as e:
@@ -374,16 +436,20 @@ def _load_files(g: QualityGuard, out_dir: Path) -> dict[str, Any] | QualityError
     found = [x for x in entries if fnmatch.fnmatchcase(x.name, g.files or "")]
     if len(found) > MAX_FILES:
         return QualityError(f"{len(found)} files match {g.files}, over the {MAX_FILES} limit")
-    out: dict[str, Any] = {}
+    wav = QUALITY_KINDS[g.kind].file_ext == "wav"
+    limit = g.max_samples if g.max_samples is not None else DEFAULT_MAX_SAMPLES
+    out: dict[str, OutFile] = {}
     try:
         for entry in found:
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 raise QualityError(f"an output file matching {g.files} is not a regular file (a symlink, FIFO...)")
-            data = read_file(Path(entry.path))
-            wav = QUALITY_KINDS[g.kind].file_ext == "wav"
-            out[entry.name] = read_wav(data, entry.name) if wav else _npy(data, entry.name)
+            path = Path(entry.path)
+            out[entry.name] = (describe_wav(path, entry.name, limit) if wav
+                               else describe_npy(path, entry.name))  # fmt: skip
     except QualityError as err:
         return err
+    except OutFileError as err:
+        return QualityError(str(err))
     return out
 
 
@@ -397,46 +463,51 @@ def _npy(data: bytes, name: str) -> tuple[np.ndarray, str]:
 
 def read_wav(data: bytes, name: str = "wav") -> tuple[np.ndarray, int]:
     """(samples in [-1, 1], frames x channels flattened; sample rate) from PCM
-    WAV bytes (8, 16, 24 or 32 bit). float32 up to 24 bits (exact: a snapshot of
-    every run is kept, at half the memory), float64 for 32 bits."""
+    WAV bytes in memory (8, 16, 24 or 32 bit; the bounds of
+    ``outfiles.parse_wav``). float32 up to 24 bits (exact), float64 for 32
+    bits. The guards read output files with ``outfiles.describe_wav``, block
+    by block, instead."""
     try:
-        with wave.open(io.BytesIO(data)) as w:
-            width, rate, n = w.getsampwidth(), w.getframerate(), w.getnframes()
-            raw = w.readframes(n)
-    except (wave.Error, EOFError) as e:
-        raise QualityError(f"an output file is not a PCM WAV file ({type(e).__name__})") from None
-    if width == 1:
-        a = (np.frombuffer(raw, dtype=np.uint8).astype(np.float64) - 128) / 128
-    elif width == 3:
-        b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3)
-        v = (
-            b[:, 0].astype(np.int32)
-            | b[:, 1].astype(np.int32) << 8
-            | b[:, 2].astype(np.int32) << 16
-        )
-        a = np.where(v >= 1 << 23, v - (1 << 24), v).astype(np.float64) / (1 << 23)
-    elif width in (2, 4):
-        a = np.frombuffer(raw, dtype=f"<i{width}").astype(np.float64) / (1 << (8 * width - 1))
-    else:
-        raise QualityError(f"an output WAV file has {8 * width}-bit samples: not supported")
-    return (a.astype(np.float32) if width < 4 else a), rate
+        hdr = parse_wav(io.BytesIO(data), len(data), name)
+    except OutFileError as e:
+        raise QualityError(str(e)) from None
+    raw = data[hdr.offset : hdr.offset + hdr.samples * hdr.width]
+    a = decode_pcm(raw, hdr.width)
+    return (a.astype(np.float32) if hdr.width < 4 else a), hdr.rate
 
 
-def snr_db(cand: np.ndarray, ref: np.ndarray) -> float:
-    """10 log10(energy of ref / energy of (cand - ref)); the shorter signal is
-    padded with silence, so missing audio counts as error. inf when identical."""
-    n = max(cand.size, ref.size)
-    c = np.zeros(n)
-    r = np.zeros(n)
-    c[: cand.size] = cand
-    r[: ref.size] = ref
-    noise = float(np.sum((c - r) ** 2))
-    signal = float(np.sum(r**2))
+def _samples(x: np.ndarray | Samples) -> Samples:
+    return ArrayFile(x) if isinstance(x, np.ndarray) else x
+
+
+def snr_db(cand: np.ndarray | Samples, ref: np.ndarray | Samples) -> float:
+    """10 log10(energy of ref / energy of (cand - ref)), block by block; the
+    shorter signal is padded with silence, so missing audio counts as error.
+    inf when identical."""
+    noise = signal = 0.0
+    for c, r in pairs(_samples(cand), _samples(ref)):
+        noise += float(np.sum((c - r) ** 2))
+        signal += float(np.sum(r**2))
     if noise == 0:
         return math.inf
     if signal == 0:
         return -math.inf
     return 10 * math.log10(signal / noise)
+
+
+Audio = tuple[np.ndarray, int] | OutFile
+"""Audio to compare: (samples, rate) in memory, or a WAV output file read
+block by block."""
+
+
+def _audio(v: Audio) -> tuple[Samples, int]:
+    return (v, v.rate) if isinstance(v, OutFile) else (ArrayFile(v[0]), v[1])
+
+
+def file_snr(cand: Audio, ref: Audio) -> float:
+    """``snr_db`` of two audio files (-inf when their sample rates differ)."""
+    (c, cr), (r, rr) = _audio(cand), _audio(ref)
+    return snr_db(c, r) if cr == rr else -math.inf
 
 
 # ---- spectral: log-mel distance -------------------------------------------------
@@ -457,10 +528,11 @@ def _mel_to_hz(m: np.ndarray) -> np.ndarray:
     return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=2)
 def mel_filterbank(rate: int, n_fft: int, bands: int = MEL_BANDS) -> np.ndarray:
     """(bands x n_fft//2+1) triangular filters, equally spaced on the HTK mel
-    scale from 0 Hz to rate/2, each of unit peak (read-only: cached)."""
+    scale from 0 Hz to rate/2, each of unit peak (read-only: cached; at most
+    4 MiB at ``outfiles.MAX_RATE``)."""
     edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(rate / 2.0))), bands + 2))
     freqs = np.linspace(0.0, rate / 2.0, n_fft // 2 + 1)
     fb = np.zeros((bands, freqs.size))
@@ -485,28 +557,54 @@ def _frame_count(n: int, rate: int) -> int:
     return max(1, 1 + math.ceil(max(n - win, 0) / hop))
 
 
-#: Frames per block: the memory of one block stays ~(512 + 64) x 8 bytes a frame.
+#: Frames per block, at most; and at most SPECTRAL_BLOCK_ELEMENTS / FFT size of
+#: them, so one block's spectra stay ~(2^19 x 16 bytes) = 8 MiB at any rate.
 _BLOCK_FRAMES = 2048
+SPECTRAL_BLOCK_ELEMENTS = 1 << 19
 
 
-def _mel_blocks(x: np.ndarray, rate: int, frames: int) -> Iterator[np.ndarray]:
+class _Window:
+    """Samples ``[lo, lo + size)`` of a stream read block by block, ``lo``
+    never decreasing; zeros past its end. Holds at most ``size`` plus one
+    read block."""
+
+    def __init__(self, src: Samples):
+        self.it, self.buf, self.start, self.done = src.blocks(), np.zeros(0), 0, False
+
+    def take(self, lo: int, size: int) -> np.ndarray:
+        while True:
+            if lo > self.start:  # what lies before lo is never asked again
+                cut = min(lo - self.start, self.buf.size)
+                self.buf, self.start = self.buf[cut:], self.start + cut
+            if self.done or self.start + self.buf.size >= lo + size:
+                break
+            nxt = next(self.it, None)
+            if nxt is None:
+                self.done = True
+            else:
+                self.buf = np.concatenate([self.buf, nxt])
+        out = np.zeros(size)
+        part = self.buf[lo - self.start : lo - self.start + size]  # start <= lo: see above
+        out[: part.size] = part
+        return out
+
+
+def _mel_blocks(x: np.ndarray | Samples, rate: int, frames: int) -> Iterator[np.ndarray]:
     """Mel band energies (linear power) of ``x`` (samples in [-1, 1]) in blocks
-    of up to ``_BLOCK_FRAMES`` frames: Hann windows of ``FRAME_S`` every
-    ``HOP_S``, the signal padded with silence to ``frames`` frames. Blocks
-    bound the memory whatever the file's length (a candidate's file is
-    untrusted: up to ``MAX_FILE_BYTES``)."""
+    of up to ``_BLOCK_FRAMES`` frames (fewer at high rates): Hann windows of
+    ``FRAME_S`` every ``HOP_S``, the signal padded with silence to ``frames``
+    frames. The samples are read block by block too: memory stays bounded
+    whatever the file's length or rate."""
     win, hop, n_fft = _framing(rate)
     fb_t = mel_filterbank(rate, n_fft).T
     window = np.hanning(win)[None, :]
-    offsets = np.arange(win)[None, :]
-    for first in range(0, frames, _BLOCK_FRAMES):
-        count = min(_BLOCK_FRAMES, frames - first)
-        lo = first * hop
-        seg = np.zeros((count - 1) * hop + win)
-        part = x[lo : lo + seg.size]
-        seg[: part.size] = part
-        idx = offsets + hop * np.arange(count)[:, None]
-        spec = np.abs(np.fft.rfft(seg[idx] * window, n=n_fft, axis=1)) ** 2
+    per_block = max(1, min(_BLOCK_FRAMES, SPECTRAL_BLOCK_ELEMENTS // n_fft))
+    source = _Window(_samples(x))
+    for first in range(0, frames, per_block):
+        count = min(per_block, frames - first)
+        seg = source.take(first * hop, (count - 1) * hop + win)
+        framed = np.lib.stride_tricks.sliding_window_view(seg, win)[::hop]
+        spec = np.abs(np.fft.rfft(framed * window, n=n_fft, axis=1)) ** 2
         yield spec @ fb_t
 
 
@@ -517,15 +615,16 @@ def log_mel(x: np.ndarray, rate: int, n_frames: int | None = None) -> np.ndarray
     return np.concatenate(list(_mel_blocks(np.asarray(x, dtype=np.float64), rate, frames)))
 
 
-def log_mel_distance(cand: np.ndarray, ref: np.ndarray, rate: int) -> float:
+def log_mel_distance(cand: np.ndarray | Samples, ref: np.ndarray | Samples, rate: int) -> float:
     """The mean over frames of the RMS difference (over mel bands) of the two
     signals' log-mel energies, in dB. Both are framed over the longer one (the
     shorter padded with silence: missing or extra audio counts); energies are
     floored ``FLOOR_DB`` below the reference's loudest band-frame, so what
-    both leave near silence does not count. 0.0 when identical."""
-    frames = max(_frame_count(cand.size, rate), _frame_count(ref.size, rate))
-    c = np.asarray(cand, dtype=np.float64)
-    r = np.asarray(ref, dtype=np.float64)
+    both leave near silence does not count. 0.0 when identical. Streams both
+    (files are read block by block: the reference twice, for its loudest
+    band-frame first)."""
+    c, r = _samples(cand), _samples(ref)
+    frames = max(_frame_count(c.size, rate), _frame_count(r.size, rate))
     top = max((float(b.max()) for b in _mel_blocks(r, rate, frames)), default=0.0)
     floor = max(top, 1e-20) * 10.0 ** (-FLOOR_DB / 10.0)
     total = 0.0
@@ -542,7 +641,7 @@ def _spectral_files(
     bound = g.max_db if g.max_db is not None else SPECTRAL_MAX_DB
     dists: dict[str, float] = {}
     for n in names:
-        (c, cr), (r, rr) = cand[n], ref[n]
+        (c, cr), (r, rr) = _audio(cand[n]), _audio(ref[n])
         if cr != rr:
             return False, math.inf, f"{n}: sample rate {cr} vs {ref_label} {rr}"
         dists[n] = log_mel_distance(c, r, rr)
@@ -559,8 +658,10 @@ def compare_files(
     cand: dict[str, Any], ref: dict[str, Any], g: QualityGuard, ref_label: str
 ) -> tuple[bool, float, str]:
     """(ok, value, detail) of a guard on output files (``KINDS[g.kind].files``)
-    over files matched by name: waveform (value: worst SNR, dB), spectral
-    (worst log-mel distance, dB), tensor (worst max abs error)."""
+    over files matched by name, one pair of files at a time, block by block:
+    waveform (value: worst SNR, dB), spectral (worst log-mel distance, dB),
+    tensor (worst max abs error). A file that cannot be read again as it was
+    described (changed since its run) fails the guard, naming it."""
     check = _kind(g).files
     if check is None:
         raise QualityError(f"kind '{g.kind}' does not read output files")
@@ -573,7 +674,10 @@ def compare_files(
                  f"{len(extra)} unexpected (names not quoted)" if extra else ""]  # fmt: skip
         what = "; ".join(p for p in parts if p)
         return False, math.nan, f"{len(cand)} files vs {len(ref)} of {ref_label}: {what}"
-    return check(cand, ref, sorted(ref), g, ref_label)
+    try:
+        return check(cand, ref, sorted(ref), g, ref_label)
+    except OutFileError as e:
+        return False, math.nan, str(e)
 
 
 def _tensor_files(
@@ -588,7 +692,7 @@ def _waveform_files(
 ) -> tuple[bool, float, str]:
     worst, worst_name = math.inf, ""
     for n in names:
-        (c, cr), (r, rr) = cand[n], ref[n]
+        (c, cr), (r, rr) = _audio(cand[n]), _audio(ref[n])
         if cr != rr:
             return False, -math.inf, f"{n}: sample rate {cr} vs {ref_label} {rr}"
         snr = snr_db(c, r)

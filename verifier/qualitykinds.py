@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 __all__ = [
     "KIND_NAMES",
     "QUALITY_KINDS",
+    "MAX_SAMPLES_CAP",
     "SPECTRAL_MAX_DB",
     "KindDecl",
     "kind_param_problems",
@@ -38,6 +39,11 @@ __all__ = [
 #: another speaker 3.2, dropped frames, time stretch, band limits 5-24) at
 #: least 0.27: 0.1 dB leaves a factor 6.7 below it and 2.7 above.
 SPECTRAL_MAX_DB = 0.1
+#: The most a waveform or spectral guard's ``max_samples`` (samples per output
+#: file: its CPU bound) may be raised to: one byte per sample fills the 256 MiB
+#: an output file may hold (``outfiles.MAX_SAMPLES_CAP``; the same number, kept
+#: here so that this module imports nothing of ours).
+MAX_SAMPLES_CAP = 256 * 1024 * 1024
 
 
 class _Params(BaseModel):
@@ -67,6 +73,7 @@ class AllcloseParams(_Params):
 class WaveformParams(_Params):
     files: str
     min_snr_db: float | None = None
+    max_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES_CAP)
 
 
 class TensorParams(_Params):
@@ -79,6 +86,7 @@ class TensorParams(_Params):
 class SpectralParams(_Params):
     files: str
     max_db: float | None = Field(None, gt=0)
+    max_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES_CAP)
 
 
 @dataclass(frozen=True)

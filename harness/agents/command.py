@@ -290,30 +290,21 @@ class CommandAgent:
         if carried:
             out.withheld = True
             out.error = (f"the agent's output carried a secret the host holds (as written or disguised: "
-                         f"reversed, encoded, split) in {', '.join(carried[:5])}: replaced with [REDACTED]; "
+                         f"reversed, encoded, split, compressed), or what the leak scan cannot read, in "
+                         f"{', '.join(carried[:5])}: replaced with [REDACTED]; "
                          "nothing of this round is committed or judged")
         return out
 
 
-def scrub_secrets(tree: Path, secrets, *, max_bytes: int = 4 * 1024 * 1024) -> list[str]:
-    """Replace every secret value in the agent's tree's regular files (links
-    never followed), as written or in a disguise :mod:`harness.leaks` knows,
-    with ``[REDACTED]``; the paths where one was found."""
-    values = [s for s in secrets if s and len(s) >= leaks.MIN_SECRET]
-    if not values:
-        return []
-    found = []
-    for dirpath, dirnames, filenames in os.walk(tree):
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        for fn in filenames:
-            path = os.path.join(dirpath, fn)
-            if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > max_bytes:
-                continue
-            text = Path(path).read_bytes().decode("latin-1")  # byte for byte: secrets are ASCII
-            if leaks.found(text, values):
-                Path(path).write_bytes(leaks.redact(text, values).encode("latin-1"))
-                found.append(os.path.relpath(path, tree))
-    return sorted(found)
+def scrub_secrets(tree: Path, secrets) -> list[str]:
+    """Every byte of the agent's tree's regular files (links never followed;
+    compressed files decompressed) scanned for every secret value, as written
+    or in a disguise :mod:`harness.leaks` knows, each match replaced with
+    ``[REDACTED]`` (:func:`harness.leaks.scrub_tree`); the paths where one was
+    found, and ``path (why)`` for each file the scan could not read (a
+    round with either is withheld)."""
+    scan = leaks.scrub_tree(tree, secrets)
+    return [*scan.found, *(f"{r}: not scannable, so not taken" for r in scan.refused)]
 
 
 def fresh_scratch(path: Path) -> Path:

@@ -131,6 +131,7 @@ def test_new_user_path_end_to_end(user_repo, tmp_path):
 
     # progress on a pipe: one line per step, the estimate before any run
     lines = r.stdout.splitlines()
+    assert "the candidate's code runs ON THIS HOST" in lines[0]  # --verify inprocess says so first
     assert any("step 2/4" in ln and "at most" in ln and "benchmark runs" in ln for ln in lines)
     assert any(ln.split("] ", 1)[-1].startswith("[estimate] ~") and " min" in ln for ln in lines)
     assert [ln for ln in lines if "step 4/4" in ln]
