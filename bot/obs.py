@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import contextvars
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -85,6 +86,14 @@ def job_ids(job: Any) -> dict[str, Any]:
     return ids
 
 
+_current_job: contextvars.ContextVar[int | None] = contextvars.ContextVar("rsi_job", default=None)
+
+
+def current_job_id() -> int | None:
+    """The id of the job this thread runs now (:func:`job_context`), if any."""
+    return _current_job.get()
+
+
 @contextmanager
 def job_context(job: Any) -> Iterator[None]:
     """Bind the job's ids for everything logged while it runs, and time it into
@@ -92,6 +101,7 @@ def job_context(job: Any) -> Iterator[None]:
     own line about the outcome carries them) until the thread's next job."""
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(**job_ids(job))
+    _current_job.set(job.id)
     start = time.perf_counter()
     outcome = "done"
     log = logging.getLogger("rsi.bot.jobs")

@@ -214,15 +214,29 @@ def ingest(ctx: Context, repo: str, run_id: int, *, conclusion: str | None = Non
         return f"refused: run {run_id}'s result answers no job the bot dispatched to {repo}"
     if rec.run_id is not None and rec.run_id != run_id:
         return f"refused: the job was dispatched as run {rec.run_id}, not {run_id}"
-    if not ctx.store.consume_dispatch(nonce):
+    if rec.consumed_at is not None:
         return f"refused: the result of job {nonce[:8]} was already ingested (a replay)"
+    job_id = obs.current_job_id()
+    owner = f"job:{job_id}" if job_id is not None else f"call:{secrets.token_hex(8)}"
+    # Consumed only once applied: a kill between the two leaves the claim to this
+    # job, whose re-run (same job id) applies again (every step of an apply finds
+    # what it made: PRs by branch, reports by marker, checks by external id).
+    if not ctx.store.claim_ingest(nonce, owner, hold_s=max(3600.0, ctx.settings.lease_s * 4)):
+        if (ctx.store.dispatch(nonce) or rec).consumed_at is not None:
+            return f"refused: the result of job {nonce[:8]} was already ingested (a replay)"
+        raise Retry(f"the result of job {nonce[:8]} is being ingested by another job")
+    crash.point("ingest.claimed")
     try:
-        return _apply(ctx, repo, rec, result, bundle)
+        done = _apply(ctx, repo, rec, result, bundle)
     except Permanent:
+        ctx.store.consume_dispatch(nonce)  # it will never apply: never tried again
         raise
     except BaseException:  # retried by the worker: the retry must find the nonce unused
         ctx.store.release_dispatch(nonce)
         raise
+    crash.point("ingest.applied")
+    ctx.store.consume_dispatch(nonce)
+    return done
 
 
 def _apply(ctx: Context, repo: str, rec: Any, result: dict[str, Any], bundle: bytes | None
