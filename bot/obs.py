@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import structlog
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 JOB_DURATION = Histogram(
@@ -149,3 +149,24 @@ class GitHubRateCollector:
                                 "GitHub API requests allowed per window", value=rate.limit)
         yield GaugeMetricFamily("rsi_github_rate_limit_reset_timestamp",
                                 "When the window resets (Unix time)", value=rate.reset_at)
+
+
+class RedeliveryCollector:
+    """The redelivery sweep's asks and give-ups (``bot.redeliver``), from the store, so
+    every process of the service reports the one sweep's figures."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def collect(self):
+        try:
+            asks, gave_up = self.store.redelivery_counts()
+        except Exception:  # noqa: BLE001 - a scrape never fails for this
+            logging.getLogger("rsi.bot.obs").exception("metrics: redelivery counts unavailable")
+            return
+        c = CounterMetricFamily("rsi_redeliver_asks", "Redeliveries the sweep asked GitHub for")
+        c.add_metric([], asks)
+        yield c
+        yield GaugeMetricFamily("rsi_redeliver_gave_up",
+                                "Deliveries the sweep gave up on after its bounded asks",
+                                value=gave_up)

@@ -109,6 +109,7 @@ def create_service(settings: Settings, *, ctx: Context | None = None, workers: i
     app = create_app(settings, store=ctx.store, start_workers=start if n > 0 or sweep else None)
     app.state.ctx = ctx
     app.state.registry.register(obs.GitHubRateCollector(ctx.gh))
+    app.state.registry.register(obs.RedeliveryCollector(ctx.store))
     return app
 
 
