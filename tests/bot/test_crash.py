@@ -304,3 +304,72 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ")[-1][:1] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_web_worker_has_its_death_signal_before_any_heavy_import():
+    """The mechanism, in a web worker's own terms: spawn runs ``bot.serve_entry`` as
+    the worker's main module first; right after it, the death signal is SIGKILL and
+    nothing of the bot, uvicorn, FastAPI or SQLAlchemy is imported yet. A worker
+    whose master is already gone (its parent is not the master) exits at once."""
+    probe = ("import ctypes, os, runpy, sys\n"
+             "runpy.run_module('bot.serve_entry', run_name='__mp_main__')\n"
+             "v = ctypes.c_int()\n"
+             "ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0)\n"  # PR_GET_PDEATHSIG
+             "heavy = [m for m in ('bot.service', 'bot.cli', 'uvicorn', 'fastapi', 'sqlalchemy')"
+             " if m in sys.modules]\n"
+             "print(v.value, heavy, os.environ.get('RSI_MASTER_PID'), "
+             "os.environ.get('RSI_MASTER_WATCH') == str(os.getppid()))\n")
+    env = dict(os.environ, RSI_MASTER_PID=str(os.getpid()))  # this test is its master
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["9", "[]", "None", "True"], out.stdout
+    gone = dict(os.environ, RSI_MASTER_PID="1")  # its master is not its parent: gone
+    out = subprocess.run([sys.executable, "-c", probe], env=gone, capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (1, ""), (out.returncode, out.stdout, out.stderr)
+
+
+def test_web_workers_still_starting_die_with_their_master(fake_github, github_app_env, tmp_path):
+    """`rsi serve --processes 2`, the master SIGKILLed as soon as its web workers
+    exist (they are still importing, long before they could serve): they end, none
+    ever answers, and the port is free."""
+    port = free_port()
+    env = dict(os.environ, **github_app_env, RSI_WEBHOOK_SECRET=SECRET,
+               RSI_DATABASE_URL=f"sqlite:///{tmp_path}/bot.db",
+               RSI_STATE_DIR=str(tmp_path / "state"), RSI_WORKERS="0",
+               RSI_REDELIVER_INTERVAL_S="0")
+    log = tmp_path / "serve.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--port", str(port),
+                                 "--processes", "2"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    children: list[int] = []
+    try:
+        wait_until(lambda: len(_children(proc.pid)) >= 2, timeout=60, interval=0.01,
+                   what="the web workers spawned")
+        children = _children(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)  # the master only
+        killed = time.time()
+        proc.wait(10)
+        wait_until(lambda: not any(_alive(c) for c in children), timeout=30,
+                   what="the web workers to exit")
+        gone = time.time() - killed
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+        report({"scenario": "rsi serve --processes 2, master SIGKILLed while workers start",
+                "kills": 1, "children": len(children), "orphans": 0,
+                "workers_gone_s": round(gone, 3)})
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for c in children:
+            try:
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
