@@ -18,10 +18,10 @@ response's headers: a scrape never calls GitHub).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 import time
-import contextvars
 from contextlib import contextmanager
 from typing import Any, Iterator
 

@@ -38,13 +38,13 @@ from typing import Any
 
 from bot import checks, crash, obs, render
 from bot.context import Context, harness_task_id
+from bot.gh import GitHubError
 from bot.payloads import ReverifyPayload, RunTaskPayload, model_of
 from bot.status import refresh_status
 from bot.tasks import job as job_of
 from bot.tasks.clone import commit_of, ensure_clone
 from bot.tasks.common import best_effort, candidate_of, task_of
 from bot.vocab import JobKind, TaskState
-from bot.gh import GitHubError
 from bot.worker import JobRun, Permanent, Retry
 from harness.gitutil import GitError, git, rev_parse
 
