@@ -10,6 +10,13 @@ redelivery must have been answered ``duplicate``.
 
     python benchmarks/webhook_load.py                 # 64 senders, 30 s
     python benchmarks/webhook_load.py --duration 10 --senders 32 --json
+    python benchmarks/webhook_load.py --deliveries 2000 --kills 6 [--processes 2]
+
+``--kills K``: the intake under crashes instead. ``--deliveries`` distinct
+deliveries are sent; the server's whole process group is SIGKILLed K times,
+evenly over the run, and restarted; a post that got no 2xx is sent again with
+the same id (GitHub's redelivery). At the end every delivery must be stored
+once with one event job (lost 0, duplicated 0).
 
 Target: p99 acknowledgement latency under 50 ms.
 """
@@ -140,6 +147,139 @@ async def _load(port: int, senders: int, duration: float, redeliver: float, seed
     return time.perf_counter() - t0, sent, lat, stats
 
 
+async def _kill_load(port: int, items: list, senders: int, kills: int, restart) -> dict:
+    """Send every item until it is answered 2xx; SIGKILL and restart the server
+    ``kills`` times, evenly over the run (``restart`` does both, blocking)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    for it in items:
+        queue.put_nowait(it)
+    done: set[str] = set()
+    outcomes: dict[str, int] = {}
+    resent = [0]
+
+    async def sender() -> None:
+        conn = None
+        while len(done) < len(items):
+            try:
+                delivery, event, body = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                if conn is None:
+                    conn = await asyncio.open_connection("127.0.0.1", port)
+                conn[1].write(_request(port, event, body, delivery))
+                await conn[1].drain()
+                status, resp = await asyncio.wait_for(_read_response(conn[0]), 15)
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError,
+                    ValueError, IndexError):
+                status, resp = 0, b""
+                if conn is not None:
+                    conn[1].close()
+                conn = None
+            if status == 202:
+                o = json.loads(resp).get("outcome")
+                outcomes[o] = outcomes.get(o, 0) + 1
+                done.add(delivery)
+            else:  # no answer or 5xx: GitHub's redelivery sends it again, same id
+                resent[0] += 1
+                queue.put_nowait((delivery, event, body))
+                await asyncio.sleep(0.05)
+        if conn is not None:
+            conn[1].close()
+
+    async def killer() -> None:
+        for k in range(kills):
+            while len(done) < (k + 1) * len(items) // (kills + 1):
+                await asyncio.sleep(0.005)
+            await asyncio.to_thread(restart)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(killer(), *(sender() for _ in range(senders)))
+    return {"elapsed_s": round(time.perf_counter() - t0, 2), "outcomes": outcomes,
+            "resent": resent[0]}
+
+
+def kill_main(args) -> int:
+    """``--kills``: the intake under SIGKILLs of the whole server (see the docstring)."""
+    import signal
+
+    import httpx
+
+    tmp = Path(tempfile.mkdtemp(prefix="rsi-kill-"))
+    db = args.database_url or f"sqlite:///{tmp}/bot.db"
+    port = _free_port()
+    env = {**os.environ, "RSI_WEBHOOK_SECRET": SECRET, "RSI_GITHUB_TOKEN": "unused",
+           "RSI_DATABASE_URL": db, "RSI_WORKERS": "0", "RSI_STATE_DIR": str(tmp / "state"),
+           "RSI_REDELIVER_INTERVAL_S": "0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    log = open(tmp / "serve.log", "ab")
+    server: list[subprocess.Popen] = []
+    recover: list[float] = []
+
+    def start() -> None:
+        server.append(subprocess.Popen(
+            [sys.executable, "-m", "bot.service_cli", "serve", "--port", str(port), "--workers",
+             "0", "--processes", str(args.processes)], env=env, stdout=log,
+            stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True))
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("rsi serve did not come up: " + (tmp / "serve.log").read_text()[-2000:])
+
+    def restart() -> None:
+        t0 = time.time()
+        os.killpg(server[-1].pid, signal.SIGKILL)
+        server[-1].wait(30)
+        start()
+        recover.append(time.time() - t0)
+
+    payloads = _fixtures()
+    rng = random.Random(args.seed)
+    items = []
+    for _ in range(args.deliveries):
+        event, body = payloads[rng.randrange(len(payloads))]
+        delivery = str(uuid.uuid4())
+        items.append((delivery, event,
+                      body.rstrip()[:-1] + f', "rsi_load_delivery": "{delivery}"}}'.encode()))
+    start()
+    try:
+        run = asyncio.run(_kill_load(port, items, args.senders, args.kills, restart))
+    finally:
+        try:
+            os.killpg(server[-1].pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        server[-1].wait(30)
+    from bot.store import Store
+
+    store = Store(db)
+    stored = set(_delivery_ids(store))
+    events = store.jobs(kind="event")
+    per_delivery: dict[str, int] = {}
+    for j in events:
+        d = j.payload.get("delivery_id")
+        per_delivery[d] = per_delivery.get(d, 0) + 1
+    ids = [d for d, _, _ in items]
+    result = {"deliveries": len(ids), "kills": args.kills, "processes": args.processes,
+              "database": "sqlite" if db.startswith("sqlite") else db.split("://")[0],
+              "senders": args.senders, **run,
+              "recovery_s_max": round(max(recover), 2) if recover else None,
+              "stored": len(stored & set(ids)), "lost": len(set(ids) - stored),
+              "duplicated": sum(n - 1 for n in per_delivery.values() if n > 1)
+              + max(0, len(events) - len(per_delivery)),
+              "host_load_1min": round(os.getloadavg()[0], 2)}
+    result["nothing_lost_or_duplicated"] = result["lost"] == 0 and result["duplicated"] == 0
+    print(json.dumps(result) if args.json else
+          "\n".join(f"{k:28} {v}" for k, v in result.items()))
+    return 0 if result["nothing_lost_or_duplicated"] else 1
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -160,7 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=300.0,
                     help="offered deliveries/s of the paced phase (0: skip it)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--kills", type=int, default=0,
+                    help="SIGKILL and restart the server this many times (the intake under crashes)")
+    ap.add_argument("--deliveries", type=int, default=2000, help="with --kills: how many")
     args = ap.parse_args(argv)
+    if args.kills:
+        return kill_main(args)
 
     tmp = Path(tempfile.mkdtemp(prefix="rsi-load-"))
     db = args.database_url or f"sqlite:///{tmp}/bot.db"

@@ -18,6 +18,7 @@ response's headers: a scrape never calls GitHub).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 import time
@@ -26,7 +27,7 @@ from typing import Any, Iterator
 
 import structlog
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 JOB_DURATION = Histogram(
@@ -85,6 +86,14 @@ def job_ids(job: Any) -> dict[str, Any]:
     return ids
 
 
+_current_job: contextvars.ContextVar[int | None] = contextvars.ContextVar("rsi_job", default=None)
+
+
+def current_job_id() -> int | None:
+    """The id of the job this thread runs now (:func:`job_context`), if any."""
+    return _current_job.get()
+
+
 @contextmanager
 def job_context(job: Any) -> Iterator[None]:
     """Bind the job's ids for everything logged while it runs, and time it into
@@ -92,6 +101,7 @@ def job_context(job: Any) -> Iterator[None]:
     own line about the outcome carries them) until the thread's next job."""
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(**job_ids(job))
+    _current_job.set(job.id)
     start = time.perf_counter()
     outcome = "done"
     log = logging.getLogger("rsi.bot.jobs")
@@ -139,3 +149,24 @@ class GitHubRateCollector:
                                 "GitHub API requests allowed per window", value=rate.limit)
         yield GaugeMetricFamily("rsi_github_rate_limit_reset_timestamp",
                                 "When the window resets (Unix time)", value=rate.reset_at)
+
+
+class RedeliveryCollector:
+    """The redelivery sweep's asks and give-ups (``bot.redeliver``), from the store, so
+    every process of the service reports the one sweep's figures."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def collect(self):
+        try:
+            asks, gave_up = self.store.redelivery_counts()
+        except Exception:  # noqa: BLE001 - a scrape never fails for this
+            logging.getLogger("rsi.bot.obs").exception("metrics: redelivery counts unavailable")
+            return
+        c = CounterMetricFamily("rsi_redeliver_asks", "Redeliveries the sweep asked GitHub for")
+        c.add_metric([], asks)
+        yield c
+        yield GaugeMetricFamily("rsi_redeliver_gave_up",
+                                "Deliveries the sweep gave up on after its bounded asks",
+                                value=gave_up)

@@ -15,6 +15,16 @@ for each guid that
 asks GitHub to deliver it again (``POST /app/hook/deliveries/{id}/attempts``).
 The redelivery arrives on ``POST /webhook`` like any delivery; the store claims
 its guid once, so a guid asked for twice is still processed once.
+
+Bounded: each ask is counted in the store (``Redelivery``); a guid is not asked
+for again while an ask is in flight (one interval, at least 60 s), and after
+``max_asks`` asks (5) it is given up: logged at error level once and counted in
+``/metrics`` (``rsi_redeliver_gave_up``), never asked for again (a delivery that
+always fails was asked for every interval, 288 times a day, without end).
+
+One sweep per service: the loop sweeps only while it holds the store's lease
+``redeliver`` (renewed every interval), so ``rsi serve --processes N`` and
+several hosts on one database ask once, not once per process.
 """
 
 from __future__ import annotations
@@ -35,11 +45,17 @@ def transient(status_code: int) -> bool:
     return status_code == 0 or status_code == 429 or status_code >= 500
 
 
+MAX_ASKS = 5
+"""Asks per delivery before the sweep gives it up (GitHub keeps 3 days of attempts)."""
+LEASE = "redeliver"
+
+
 @dataclass
 class SweepResult:
     seen: int = 0  # distinct guids in the window
     redelivered: list[str] = field(default_factory=list)  # guids asked for again
     errors: int = 0
+    gave_up: list[str] = field(default_factory=list)  # guids given up in this sweep
 
 
 @dataclass
@@ -51,8 +67,11 @@ class Redeliverer:
     lookback_s: float = 86400.0
     interval_s: float = 300.0
     max_per_sweep: int = 200
+    max_asks: int = MAX_ASKS
     clock: Any = time.time
-    _asked: dict[str, float] = field(default_factory=dict)
+    owner: str = ""
+    """Who holds the lease (:func:`bot.worker.worker_id` when empty)."""
+    swept: int = 0  # sweeps this loop made (it skips those another process holds the lease for)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -65,25 +84,35 @@ class Redeliverer:
             if a.guid:
                 by_guid.setdefault(a.guid, []).append(a)
         out.seen = len(by_guid)
-        # an ask is in flight for one interval: GitHub redelivers asynchronously
-        self._asked = {g: t for g, t in self._asked.items() if now - t < max(self.interval_s, 60)}
+        in_flight = max(self.interval_s, 60)  # GitHub redelivers asynchronously
         for guid, tries in by_guid.items():
             if len(out.redelivered) >= self.max_per_sweep:
                 break
-            if guid in self._asked or any(200 <= t.status_code < 300 for t in tries):
+            if any(200 <= t.status_code < 300 for t in tries):
                 continue
             newest = max(tries, key=lambda t: (t.delivered_at, t.id))
             if not transient(newest.status_code):
                 continue
             if self.store.delivery(guid) is not None:
                 continue  # stored after its answer was late: it is being processed
+            asked = self.store.redelivery(guid)
+            if asked is not None and (asked.gave_up_at is not None
+                                      or now - asked.last_asked_at < in_flight):
+                continue
+            if asked is not None and asked.asks >= self.max_asks:
+                if self.store.give_up_redelivery(guid):
+                    out.gave_up.append(guid)
+                    log.error("gave up on delivery %s after %d redeliveries (last answer %s): "
+                              "it is not asked for again", guid, asked.asks,
+                              newest.status_code or "none")
+                continue
             try:
                 self.gh.redeliver(newest.id)
             except GitHubError as e:
                 out.errors += 1
                 log.warning("could not ask for delivery %s again: %s", guid, e)
                 continue
-            self._asked[guid] = now
+            self.store.count_redelivery_ask(guid)
             out.redelivered.append(guid)
         if out.redelivered:
             log.info("asked GitHub to redeliver %d delivery(ies)", len(out.redelivered),
@@ -91,9 +120,16 @@ class Redeliverer:
         return out
 
     def _loop(self) -> None:
+        if not self.owner:
+            from bot.worker import worker_id
+
+            self.owner = worker_id("redeliver")
         while True:
             try:
-                self.sweep()
+                # the lease outlives one missed interval; a dead holder's runs out
+                if self.store.take_lease(LEASE, self.owner, hold_s=self.interval_s * 3 + 5):
+                    self.swept += 1
+                    self.sweep()
             except GitHubError as e:
                 log.warning("redelivery sweep failed: %s", e)
             except Exception:  # the sweep must never take the service down
@@ -110,3 +146,8 @@ class Redeliverer:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        if self.owner:
+            try:
+                self.store.drop_lease(LEASE, self.owner)
+            except Exception:  # noqa: BLE001 - stopping; the lease runs out anyway
+                log.warning("could not drop the redelivery lease", exc_info=True)

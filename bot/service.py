@@ -109,6 +109,7 @@ def create_service(settings: Settings, *, ctx: Context | None = None, workers: i
     app = create_app(settings, store=ctx.store, start_workers=start if n > 0 or sweep else None)
     app.state.ctx = ctx
     app.state.registry.register(obs.GitHubRateCollector(ctx.gh))
+    app.state.registry.register(obs.RedeliveryCollector(ctx.store))
     return app
 
 
@@ -124,12 +125,14 @@ class _Started:
 
 
 def app_from_env():
-    """uvicorn factory for ``rsi serve --processes N`` (each process builds its own)."""
+    """uvicorn factory for ``rsi serve --processes N`` (each process builds its own).
+    The death signal was set at the worker's first instruction (``bot.serve_entry``);
+    here the parent-pid watch is added (for systems without ``PR_SET_PDEATHSIG``)."""
     from bot.settings import load_settings
 
     settings = load_settings()
     obs.configure_logging(settings.log_format)  # each uvicorn process configures its own
-    master = os.environ.get("RSI_MASTER_PID", "")
+    master = os.environ.pop("RSI_MASTER_WATCH", "")  # set by bot.serve_entry in a worker
     if master.isdigit():
         die_with_master(int(master))
     return create_service(settings)

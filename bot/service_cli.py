@@ -48,12 +48,14 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     _logging()
     settings = _settings()  # fail fast here, before any process starts
     if processes > 1:
+        import sys
+
         if workers is not None:
             os.environ["RSI_WORKERS"] = str(workers)
-        os.environ["RSI_MASTER_PID"] = str(os.getpid())  # web workers die with this process
-        uvicorn.run("bot.service:app_from_env", factory=True, workers=processes, host=host,
-                    port=port, log_level="info", access_log=False, log_config=None)
-        return
+        # the same process (pid, group) as bot.serve_entry: the module spawn imports
+        # first in each web worker, so the worker dies with this master from its start
+        os.execv(sys.executable, [sys.executable, "-m", "bot.serve_entry", "--host", host,
+                                  "--port", str(port), "--processes", str(processes)])
     uvicorn.run(create_service(settings, workers=workers), host=host, port=port,
                 log_level="info", access_log=False, log_config=None)
 

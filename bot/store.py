@@ -25,6 +25,10 @@ Job states::
   UPDATE SKIP LOCKED]) RETURNING``; a running job holds a lease that its
   worker renews (heartbeat). A dead worker's lease runs out and the job is
   claimed again, which is how a restarted bot resumes running work.
+* A multi-step effect is a recorded sequence (``Step``, one row per step done,
+  keyed by the saga): a job run again after a crash resumes at the first step
+  not recorded. ``Lease`` holds a per-service lease (one redelivery sweep
+  whatever the number of processes); ``Redelivery`` counts the asks per guid.
 * Jobs sharing a ``lane`` (one per task) never run at the same time.
 * ``key`` makes an enqueue idempotent: a retried handler does not queue twice.
 """
@@ -52,6 +56,7 @@ from sqlalchemy import (
     and_,
     case,
     create_engine,
+    delete,
     event,
     func,
     inspect,
@@ -123,6 +128,10 @@ class Dispatch(Base):
     consumed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     """The job dispatched (a re-run of that job reuses this nonce, never makes a second)."""
+    ingest_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    """Who is applying its result now (the ingesting job); a re-run of that same job
+    resumes the application, anyone else waits until ``ingest_until``."""
+    ingest_until: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Job(Base):
@@ -238,6 +247,40 @@ class StickyComment(Base):
     number: Mapped[int] = mapped_column(Integer, primary_key=True)
     marker: Mapped[str] = mapped_column(String(200), primary_key=True)
     comment_id: Mapped[int] = mapped_column(Integer)
+
+
+class Step(Base):
+    """One step of a recorded sequence (a saga: the watch's comment, revert PR,
+    label, review request; a rebaseline's result), done once: ``data`` is what the
+    step made (a PR number, the measured result), read back by a re-run, which
+    resumes at the first step not recorded."""
+
+    __tablename__ = "steps"
+    saga: Mapped[str] = mapped_column(String(300), primary_key=True)
+    step: Mapped[str] = mapped_column(String(100), primary_key=True)
+    data: Mapped[Any] = mapped_column(JSON, nullable=True)
+    done_at: Mapped[float] = mapped_column(Float)
+
+
+class Lease(Base):
+    """A named lease held by one process of the service (e.g. ``redeliver``: one
+    redelivery sweep per service, whatever the number of web processes)."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    until: Mapped[float] = mapped_column(Float)
+
+
+class Redelivery(Base):
+    """How often the bot asked GitHub to redeliver a delivery (``redeliver.py``);
+    ``gave_up_at``: the asks were spent and it is not asked for again."""
+
+    __tablename__ = "redeliveries"
+    guid: Mapped[str] = mapped_column(String(200), primary_key=True)
+    asks: Mapped[int] = mapped_column(Integer, default=0)
+    last_asked_at: Mapped[float] = mapped_column(Float)
+    gave_up_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
 
 
 class Installation(Base):
@@ -816,9 +859,96 @@ class Store:
             return _rowcount(r) == 1
 
     def release_dispatch(self, nonce: str) -> None:
-        """Undo :meth:`consume_dispatch` (the ingest failed and will be retried)."""
+        """Undo :meth:`consume_dispatch` and :meth:`claim_ingest` (the ingest failed
+        and will be retried)."""
         with self.tx() as s:
-            s.execute(update(Dispatch).where(Dispatch.nonce == nonce).values(consumed_at=None))
+            s.execute(update(Dispatch).where(Dispatch.nonce == nonce)
+                      .values(consumed_at=None, ingest_owner=None, ingest_until=None))
+
+    def claim_ingest(self, nonce: str, owner: str, *, hold_s: float = 3600.0) -> bool:
+        """Take the right to apply a dispatch's result (not consumed yet): free, held
+        by ``owner`` already (its job run again after a crash: it resumes), or held
+        by someone whose hold ran out. False: consumed, or another is applying it."""
+        now = self.clock()
+        with self.tx() as s:
+            r = s.execute(update(Dispatch).where(
+                Dispatch.nonce == nonce, Dispatch.consumed_at.is_(None),
+                or_(Dispatch.ingest_owner.is_(None), Dispatch.ingest_owner == owner,
+                    Dispatch.ingest_until < now))
+                .values(ingest_owner=owner, ingest_until=now + hold_s))
+            return _rowcount(r) == 1
+
+    # -- recorded sequences (sagas) --------------------------------------------
+    def step_done(self, saga: str, step: str) -> Step | None:
+        """The record of ``step`` of ``saga`` (None: not done yet)."""
+        with self.tx() as s:
+            return s.get(Step, (saga, step))
+
+    def steps(self, saga: str) -> dict[str, Step]:
+        with self.tx() as s:
+            return {r.step: r for r in s.scalars(select(Step).where(Step.saga == saga))}
+
+    def record_step(self, saga: str, step: str, data: Any = None) -> Step:
+        """Record ``step`` done (once: a second record keeps the first's data)."""
+        with self.tx() as s:
+            s.execute(self._insert(Step).values(saga=saga, step=step, data=data,
+                                                done_at=self.clock())
+                      .on_conflict_do_nothing(index_elements=["saga", "step"]))
+        got = self.step_done(saga, step)
+        assert got is not None
+        return got
+
+    # -- leases -----------------------------------------------------------------
+    def take_lease(self, name: str, owner: str, *, hold_s: float) -> bool:
+        """Take or renew the lease ``name`` for ``hold_s``: True when ``owner`` holds
+        it now (it was free, ran out, or is already ``owner``'s)."""
+        now = self.clock()
+        with self.tx() as s:
+            s.execute(self._insert(Lease).values(name=name, owner=owner, until=now + hold_s)
+                      .on_conflict_do_nothing(index_elements=["name"]))
+            s.execute(update(Lease).where(Lease.name == name,
+                                          or_(Lease.owner == owner, Lease.until < now))
+                      .values(owner=owner, until=now + hold_s))
+            row = s.get(Lease, name)
+            return row is not None and row.owner == owner
+
+    def drop_lease(self, name: str, owner: str) -> None:
+        with self.tx() as s:
+            s.execute(delete(Lease).where(Lease.name == name, Lease.owner == owner))
+
+    # -- redelivery asks -------------------------------------------------------
+    def redelivery(self, guid: str) -> Redelivery | None:
+        with self.tx() as s:
+            return s.get(Redelivery, guid)
+
+    def count_redelivery_ask(self, guid: str) -> int:
+        """One more ask for ``guid``; returns the asks so far."""
+        now = self.clock()
+        with self.tx() as s:
+            s.execute(self._insert(Redelivery).values(guid=guid, asks=0, last_asked_at=now)
+                      .on_conflict_do_nothing(index_elements=["guid"]))
+            s.execute(update(Redelivery).where(Redelivery.guid == guid)
+                      .values(asks=Redelivery.asks + 1, last_asked_at=now))
+            return int(s.scalar(select(Redelivery.asks).where(Redelivery.guid == guid)) or 0)
+
+    def give_up_redelivery(self, guid: str) -> bool:
+        """Mark ``guid`` given up; True the first time."""
+        now = self.clock()
+        with self.tx() as s:
+            s.execute(self._insert(Redelivery).values(guid=guid, asks=0, last_asked_at=now)
+                      .on_conflict_do_nothing(index_elements=["guid"]))
+            r = s.execute(update(Redelivery).where(Redelivery.guid == guid,
+                                                   Redelivery.gave_up_at.is_(None))
+                          .values(gave_up_at=now))
+            return _rowcount(r) == 1
+
+    def redelivery_counts(self) -> tuple[int, int]:
+        """(asks made in all, deliveries given up) for ``/metrics``."""
+        with self.tx() as s:
+            asks = s.scalar(select(func.coalesce(func.sum(Redelivery.asks), 0)))
+            gave_up = s.scalar(select(func.count()).select_from(Redelivery)
+                               .where(Redelivery.gave_up_at.is_not(None)))
+            return int(asks or 0), int(gave_up or 0)
 
     # -- installations --------------------------------------------------------
     def set_installation(self, inst_id: int, *, account: str | None = None,

@@ -38,6 +38,7 @@ from typing import Any
 
 from bot import checks, crash, obs, render
 from bot.context import Context, harness_task_id
+from bot.gh import GitHubError
 from bot.payloads import ReverifyPayload, RunTaskPayload, model_of
 from bot.status import refresh_status
 from bot.tasks import job as job_of
@@ -124,6 +125,8 @@ class ActionsExecutor:
             if prev.consumed_at is not None:
                 return f"its result was already ingested (nonce {prev.nonce[:8]})"
             run_id = prev.run_id or find_run(ctx, repo, prev.nonce, since=prev.created_at)
+            if not run_id:
+                refuse_unmarked_redispatch(ctx, repo, prev)
             if run_id:  # GitHub took it: continue that run, never dispatch a second
                 if prev.run_id is None:
                     ctx.store.set_dispatch_run(prev.nonce, int(run_id))
@@ -141,6 +144,8 @@ class ActionsExecutor:
                                       base_sha=base, job_id=run.job.id)
         inputs = {"job": json.dumps(doc, sort_keys=True), "runner_labels": json.dumps(labels)}
         ref = ctx.gh.default_branch(repo)
+        if prev is None:  # an old workflow gets the one-line update proposed, once
+            best_effort_pr(ctx, repo, ref)
         run_id = ctx.gh.dispatch_workflow(repo, ctx.settings.job_workflow, ref, inputs)
         crash.point("dispatched")
         if not run_id:  # a GitHub without return_run_details: the run carries the nonce
@@ -164,6 +169,113 @@ def find_run(ctx: Context, repo: str, nonce: str, *, since: float) -> int | None
         if nonce in (w.display_title or "").split():
             return w.id
     return None
+
+
+RUN_NAME = "run-name: rsi-job ${{ fromJSON(inputs.job).nonce }}"
+"""The job workflow's line that puts the job's nonce in each run's title."""
+_RUN_NAME = re.compile(r"^run-name:.*\$\{\{\s*fromJSON\(\s*inputs\.job\s*\)\.nonce\s*\}\}",
+                       re.MULTILINE)
+RUN_NAME_BRANCH = "rsi-bot/workflow-run-name"
+"""The bot's own branch for the proposed update (never ``rsi/...``: those are candidates)."""
+
+
+def workflow_path(ctx: Context) -> str:
+    return f".github/workflows/{ctx.settings.job_workflow}"
+
+
+def marks_runs(text: str | None) -> bool:
+    """Whether a job workflow's runs carry the job's nonce in their title."""
+    return bool(text and _RUN_NAME.search(text))
+
+
+def with_run_name(text: str) -> str:
+    """The workflow with :data:`RUN_NAME` added after its top-level ``name:`` (or first)."""
+    lines = text.splitlines(keepends=True)
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("name:")), 0)
+    if at and not lines[at - 1].endswith("\n"):
+        lines[at - 1] += "\n"
+    return "".join(lines[:at] + [RUN_NAME + "\n"] + lines[at:])
+
+
+def refuse_unmarked_redispatch(ctx: Context, repo: str, prev: Any) -> None:
+    """A job dispatched before a crash whose run GitHub does not list by its nonce.
+    With the ``run-name`` line that means GitHub did not take it (dispatched again,
+    same nonce). Without it no run can be told apart: when the workflow has runs
+    since the dispatch that no recorded dispatch owns, one of them may be this job's,
+    and a second dispatch would run it twice: refused (``Permanent``), saying why and
+    what to do; its run's result, if it was one, is still ingested by its nonce."""
+    text = ctx.gh.get_file_text(repo, workflow_path(ctx))
+    if marks_runs(text):
+        return
+    owned = {d.run_id for d in ctx.store.dispatches_of(prev.task_id, pending=False) if d.run_id}
+    unowned = [w.id for w in ctx.gh.list_workflow_runs(repo, ctx.settings.job_workflow,
+                                                       created_since=prev.created_at - 2)
+               if w.id not in owned]
+    if not unowned:
+        return  # GitHub took nothing since: dispatching again (same nonce) is safe
+    pr = best_effort_pr(ctx, repo)
+    raise Permanent(
+        f"job {prev.job_id} was dispatched before a restart, and `{workflow_path(ctx)}` has no "
+        f"`{RUN_NAME}` line, so its run cannot be told from run(s) "
+        f"{', '.join(str(i) for i in unowned[:5])}: not dispatched again (it would run twice). "
+        f"If one of those runs is this job, its result is still applied when it completes. "
+        f"Add the line{f' (#{pr} does)' if pr else ''}, then `/rsi resume`.")
+
+
+def best_effort_pr(ctx: Context, repo: str, default: str | None = None) -> int | None:
+    """:func:`propose_run_name`, its failure logged (it never stops a dispatch)."""
+    try:
+        return propose_run_name(ctx, repo, default or ctx.gh.default_branch(repo))
+    except (GitHubError, GitError) as e:
+        log.warning("could not propose the run-name line to %s: %s", repo, e)
+        return None
+
+
+def propose_run_name(ctx: Context, repo: str, default: str) -> int | None:
+    """When the job workflow lacks :data:`RUN_NAME` (repositories onboarded before it
+    existed), a PR adding that one line, on the bot's own branch, once (found again
+    by its head in this repository and its author, open or closed). Returns its
+    number, or None when the workflow has the line (or is not there)."""
+    path = workflow_path(ctx)
+    text = ctx.gh.get_file_text(repo, path)
+    if text is None or marks_runs(text):
+        return None
+    for p in ctx.gh.list_pulls(repo, head_prefix=RUN_NAME_BRANCH, state="all"):
+        if p.head_ref == RUN_NAME_BRANCH and p.head_repo_full_name == repo and ctx.is_us(p.user):
+            return p.number
+    remote = ctx.gh.git_remote(repo)
+    env = remote.git_env()
+    with tempfile.TemporaryDirectory(prefix="rsi-run-name-") as tmp:
+        clone = Path(tmp) / "clone"
+        git(tmp, "clone", "--quiet", "--depth", "1", "--branch", default, remote.url, str(clone),
+            env=env)
+        target = clone / path
+        if target.is_symlink() or not target.is_file():
+            return None
+        target.write_text(with_run_name(target.read_text()))
+        git(clone, "checkout", "--quiet", "-B", RUN_NAME_BRANCH)
+        git(clone, "add", "--", path)
+        git(clone, "-c", "user.name=rsi-bot", "-c", "user.email=rsi-bot@users.noreply.github.com",
+            "commit", "--quiet", "--no-verify", "-m", f"{path}: the job's nonce in each run's title")
+        git(clone, "push", "--quiet", "--force", "origin", f"HEAD:refs/heads/{RUN_NAME_BRANCH}",
+            env=env)
+    pr = ctx.gh.create_pull(repo, title=f"rsi-bot: add `run-name` to {path}",
+                            body=RUN_NAME_BODY.format(path=path, line=RUN_NAME),
+                            head=RUN_NAME_BRANCH, base=default, draft=False)
+    return pr.number
+
+
+RUN_NAME_BODY = """This adds one line to `{path}`:
+
+```yaml
+{line}
+```
+
+It puts the nonce of each job the bot dispatches in the run's title. After a
+restart, the bot finds a job's run by it instead of dispatching the job a
+second time; without it, a job dispatched just before a crash is refused rather
+than run twice. Nothing else changes.
+"""
 
 
 def read_artifact(data: bytes) -> tuple[dict[str, Any], bytes | None]:
@@ -214,15 +326,29 @@ def ingest(ctx: Context, repo: str, run_id: int, *, conclusion: str | None = Non
         return f"refused: run {run_id}'s result answers no job the bot dispatched to {repo}"
     if rec.run_id is not None and rec.run_id != run_id:
         return f"refused: the job was dispatched as run {rec.run_id}, not {run_id}"
-    if not ctx.store.consume_dispatch(nonce):
+    if rec.consumed_at is not None:
         return f"refused: the result of job {nonce[:8]} was already ingested (a replay)"
+    job_id = obs.current_job_id()
+    owner = f"job:{job_id}" if job_id is not None else f"call:{secrets.token_hex(8)}"
+    # Consumed only once applied: a kill between the two leaves the claim to this
+    # job, whose re-run (same job id) applies again (every step of an apply finds
+    # what it made: PRs by branch, reports by marker, checks by external id).
+    if not ctx.store.claim_ingest(nonce, owner, hold_s=max(3600.0, ctx.settings.lease_s * 4)):
+        if (ctx.store.dispatch(nonce) or rec).consumed_at is not None:
+            return f"refused: the result of job {nonce[:8]} was already ingested (a replay)"
+        raise Retry(f"the result of job {nonce[:8]} is being ingested by another job")
+    crash.point("ingest.claimed")
     try:
-        return _apply(ctx, repo, rec, result, bundle)
+        done = _apply(ctx, repo, rec, result, bundle)
     except Permanent:
+        ctx.store.consume_dispatch(nonce)  # it will never apply: never tried again
         raise
     except BaseException:  # retried by the worker: the retry must find the nonce unused
         ctx.store.release_dispatch(nonce)
         raise
+    crash.point("ingest.applied")
+    ctx.store.consume_dispatch(nonce)
+    return done
 
 
 def _apply(ctx: Context, repo: str, rec: Any, result: dict[str, Any], bundle: bytes | None

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot import obs
+from bot import crash, obs
 from bot.context import Context
 from bot.gh import GitHubError
 from bot.payloads import P, PayloadError, TaskPayload, model_of
@@ -53,3 +53,36 @@ def payload_of(job_doc: dict[str, Any], model: type[P]) -> P:
         return model.load(job_doc.get("payload"))
     except PayloadError as e:
         raise Permanent(str(e)) from None
+
+
+class Saga:
+    """A recorded sequence of effects (``store.Step``): each step runs once and
+    records what it made; a job run again after a crash resumes at the first
+    step not recorded (the steps before are read back, never made again).
+
+    Each step's effect must also be findable on GitHub (a hidden marker, an
+    ``external_id``, a branch of the bot's own): a kill after GitHub acted and
+    before the record (the crash point ``<kind>.<step>``, :mod:`bot.crash`)
+    makes the re-run find it instead of making a second one."""
+
+    def __init__(self, ctx: Context, kind: str, key: str):
+        self.ctx, self.kind = ctx, kind
+        self.key = f"{kind}:{key}"
+        self._done = {name: row.data for name, row in ctx.store.steps(self.key).items()}
+
+    def done(self, step: str) -> bool:
+        return step in self._done
+
+    def data(self, step: str) -> Any:
+        """What ``step`` recorded (None when it is not done)."""
+        return self._done.get(step)
+
+    def run(self, step: str, make: Callable[[], Any]) -> Any:
+        """``make()`` unless ``step`` is recorded; returns the recorded data (JSON)."""
+        if step in self._done:
+            return self._done[step]
+        value = make()
+        crash.point(f"{self.kind}.{step}")
+        row = self.ctx.store.record_step(self.key, step, value)
+        self._done[step] = row.data
+        return row.data

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from bot import checks, render, sticky
+from bot import checks, crash, render, sticky
 from bot.context import Context, harness_task_id
 from bot.gh import GitHubError, web_root
 from bot.payloads import PublishPayload
@@ -46,13 +46,18 @@ def publish(ctx: Context, run: JobRun) -> str:
             raise Permanent(f"branch {branch} is missing from the task's clone")
         push(ctx, task, clone, branch)
         default = ctx.gh.default_branch(task.repo)
+        # ours: this repository's branch, opened by the bot (a fork's PR from a
+        # branch of the same name is not, whoever it names)
         pulls = [p for p in ctx.gh.list_pulls(task.repo, head_prefix=branch)
-                 if p.head_ref == branch]
+                 if p.head_ref == branch and p.head_repo_full_name == task.repo
+                 and ctx.is_us(p.user)]
+        crash.point("publish.pushed")
         pr = pulls[0] if pulls else ctx.gh.create_pull(
             task.repo, title=render.pr_title(task.issue, n, cand.hypothesis),
             body=render.pr_body(issue=task.issue, n=n, hypothesis=cand.hypothesis,
                                 verdict=verdict, labeler=task.labeler),
             head=branch, base=default, draft=True)
+        crash.point("publish.pr_opened")
         cand = ctx.store.upsert_candidate(task.id, n, generation=gen, pr_number=pr.number,
                                           state=CandidateState.OPEN)
     if task.labeler and not ctx.is_us(task.labeler) and cand.pr_number:
@@ -62,8 +67,10 @@ def publish(ctx: Context, run: JobRun) -> str:
             if e.retryable:
                 raise
             log.warning("review request on #%s failed: %s", cand.pr_number, e)
+    crash.point("publish.review_requested")
     if verdict is not None:
         post_report(ctx, task, cand, verdict, clone)
+        crash.point("publish.reported")
     best_effort(refresh_status, ctx, task.id)
     return f"published #{cand.pr_number}"
 

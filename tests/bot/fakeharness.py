@@ -199,6 +199,13 @@ class FakeHarness(RealHarness):
                 except GitError as e:
                     git(wt, "cherry-pick", "--abort", check=False)
                     c["status"] = "conflict"
+                    # as the real harness: the conflict is in the ledger before it returns
+                    Ledger(repo).append(LedgerRecord(
+                        id=f"{spec.task_id}/{n}/reverify/{new_bk[:12]}", event="reverify",
+                        task=spec.task_id, round=n, candidate=n, agent="fake",
+                        hypothesis=f"change {n}", branch=c["branch"], sha=c["sha"],
+                        base_sha=new_bk, b0_sha=st["b0"], decision="error",
+                        reason="conflict: " + e.stderr[-200:], status="conflict"))
                     outcome(ReverifyOutcome(n=n, branch=c["branch"], old_sha=c["sha"],
                                             outcome="conflict", reason=e.stderr[-200:]))
                     continue

@@ -180,3 +180,41 @@ def test_a_run_github_does_not_list_is_dispatched_again_with_the_same_nonce(
     (run,) = fake_github.workflow_runs(target)  # the retry after the 502
     (d,) = bot.store.dispatches_of(1, pending=False)
     assert json.loads(run.inputs["job"])["nonce"] == d.nonce and d.run_id == run.id
+
+
+OLD_CALLER = CALLER.replace("run-name: rsi-job ${{ fromJSON(inputs.job).nonce }}\n", "")
+
+
+def test_an_old_workflow_gets_the_line_proposed_and_is_never_dispatched_twice(
+        make_bot, fake_github, make_repo, tmp_path):
+    """A job workflow from before the ``run-name`` line: its runs carry no nonce. The
+    first dispatch proposes the one-line update as a PR (once); a job killed after
+    GitHub took its dispatch is refused on its re-run, with why and what to do,
+    instead of being dispatched a second time (2 runs, same nonce, before)."""
+    from bot.executors.actions import RUN_NAME, RUN_NAME_BRANCH
+
+    tree = target_tree(tmp_path / "seed")
+    (tree / ".github" / "workflows").mkdir(parents=True)
+    (tree / ".github" / "workflows" / "rsi-job.yml").write_text(OLD_CALLER)
+    target = make_repo(tree)
+    fake_github.set_role(target, "alice", "write")
+    bot = make_bot(FakeHarness(), executor="actions")
+    n = fake_github.open_issue(target, "Faster", "x", by="alice")
+    bot.deliver(fake_github.label_issue(target, n, "rsi", by="alice"))
+    (run,) = fake_github.workflow_runs(target)
+    (pr,) = [p for p in fake_github.pulls(target) if p.pull.head_ref == RUN_NAME_BRANCH]
+    assert pr.user.login == BOT and pr.pull.base_ref == "main"
+    diff = fake_github.git(target, "diff", "main", RUN_NAME_BRANCH).splitlines()
+    assert [x for x in diff if x[:1] in "+-" and x[:3] not in ("+++", "---")] == ["+" + RUN_NAME]
+
+    (d,) = bot.store.dispatches_of(1)
+    bot.store.set_dispatch_run(d.nonce, None)  # the kill: the run id never recorded
+    _run_again(bot.store, d.job_id)
+    bot.drain()
+    assert fake_github.workflow_runs(target) == [run]  # not dispatched a second time
+    job = bot.store.job(d.job_id)
+    assert job.state == "failed" and "not dispatched again (it would run twice)" in job.last_error
+    assert RUN_NAME in job.last_error and f"(#{pr.number} does)" in job.last_error
+    # proposed once, however often it dispatches
+    assert len([p for p in fake_github.pulls(target, state="all")
+                if p.pull.head_ref == RUN_NAME_BRANCH]) == 1

@@ -113,3 +113,70 @@ def test_stuck_store_answers_503_inside_githubs_10_s(bot_settings, tmp_path, cap
             assert "rsi_store_up 1.0" in httpx.get(server.url + "/metrics", timeout=30).text
     finally:
         holder.close()
+
+
+def test_a_delivery_that_always_fails_is_given_up_after_bounded_asks(
+        bot_settings, fake_github, fake_repo, gh):
+    """Issue 30's low: the bot never answers one delivery (here: nothing listens), and
+    each sweep found it failed again and asked again, every interval, without end. Now
+    it is asked for ``MAX_ASKS`` times, then given up: once, said in /metrics."""
+    from bot.redeliver import MAX_ASKS
+    from bot.service import build_context, create_service
+
+    settings = bot_settings(github_api_url=fake_github.url)
+    store = Store(settings.database_url)
+    fake_github.set_webhook(f"http://127.0.0.1:{free_port()}/webhook", SECRET)  # no one there
+    fake_github.add_user("alice")
+    n = fake_github.open_issue(fake_repo, "Faster", "x", by="alice")
+    lost = fake_github.send(fake_github.comment(fake_repo, n, "/rsi help", by="alice"))
+    assert lost.status_code == 0
+    t = [time.time()]
+    sweeper = Redeliverer(gh, store, lookback_s=86400, interval_s=300, clock=lambda: t[0])
+    results = []
+    for _ in range(MAX_ASKS + 4):  # a day's sweeps, compressed: one an interval apart
+        results.append(sweeper.sweep())
+        fake_github.wait_redeliveries()
+        t[0] += 301
+    asked = [r.redelivered for r in results]
+    assert asked == [[lost.guid]] * MAX_ASKS + [[]] * 4, asked
+    assert [r.gave_up for r in results] == [[]] * MAX_ASKS + [[lost.guid]] + [[]] * 3
+    attempts = [a for a in fake_github.hook_deliveries if a.guid == lost.guid]
+    assert [a.redelivery for a in attempts] == [False] + [True] * MAX_ASKS
+    assert all(a.status_code == 0 for a in attempts)
+    rec = store.redelivery(lost.guid)
+    assert rec.asks == MAX_ASKS and rec.gave_up_at is not None
+
+    ctx = build_context(settings, store=store, gh=gh)
+    with LiveServer(create_service(settings, ctx=ctx, workers=0)) as server:
+        metrics = httpx.get(server.url + "/metrics", timeout=30).text
+    assert f"rsi_redeliver_asks_total {float(MAX_ASKS)}" in metrics, metrics
+    assert "rsi_redeliver_gave_up 1.0" in metrics
+
+
+def test_one_sweep_per_service_whatever_the_processes(bot_settings, fake_github, fake_repo, gh):
+    """Two sweepers on one store (two web processes of ``rsi serve --processes 2``):
+    only the one holding the store's lease sweeps, so a lost delivery is asked for
+    once; when it stops, the other takes the lease over."""
+    settings = bot_settings()
+    store = Store(settings.database_url)
+    fake_github.set_webhook(f"http://127.0.0.1:{free_port()}/webhook", SECRET)
+    fake_github.add_user("alice")
+    n = fake_github.open_issue(fake_repo, "Faster", "x", by="alice")
+    lost = [fake_github.send(fake_github.comment(fake_repo, n, f"/rsi help {i}", by="alice"))
+            for i in range(3)]
+    a = Redeliverer(gh, store, lookback_s=3600, interval_s=0.2, owner="proc-a").start()
+    b = Redeliverer(gh, store, lookback_s=3600, interval_s=0.2, owner="proc-b").start()
+    try:
+        wait_until(lambda: a.swept + b.swept >= 6, timeout=30, what="six sweeps")
+        assert (a.swept == 0) != (b.swept == 0), (a.swept, b.swept)  # one of them only
+        fake_github.wait_redeliveries()
+        for d in lost:  # each asked for once (the ask is in flight for 60 s)
+            assert len([x for x in fake_github.hook_deliveries
+                        if x.guid == d.guid and x.redelivery]) == 1
+        holder, other = (a, b) if a.swept else (b, a)
+        before = other.swept
+        holder.stop()  # drops the lease: the other process sweeps from now on
+        wait_until(lambda: other.swept > before, timeout=30, what="the other sweeper")
+    finally:
+        a.stop()
+        b.stop()

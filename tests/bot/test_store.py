@@ -328,3 +328,63 @@ def test_an_approval_keeps_an_edit_it_did_not_approve(store):
     store.hold_edit(t.id, "v3")
     assert store.task(t.id).edited_proposal == "v3"
     assert not store.approve_proposal(t.id, "v4", generation=t.generation + 1)  # superseded
+
+
+def test_an_older_database_gets_the_new_tables_and_dispatch_columns(db_url, clock):
+    """A database from before recorded sequences: no ``steps``, ``leases`` or
+    ``redeliveries`` tables, ``dispatches`` without its ingest claim. Opening the store
+    makes them; the old dispatch reads back unclaimed and can be claimed."""
+    old = _make(db_url, clock)
+    old.record_dispatch("n" * 32, repo="o/r", task_id=1, generation=1, kind="run_task",
+                        doc={}, base_sha=None, job_id=7)
+    with old.engine.begin() as conn:
+        for table in ("steps", "leases", "redeliveries"):
+            conn.exec_driver_sql(f"DROP TABLE {table}")
+        conn.exec_driver_sql("ALTER TABLE dispatches DROP COLUMN ingest_owner")
+        conn.exec_driver_sql("ALTER TABLE dispatches DROP COLUMN ingest_until")
+    old.close()
+    new = Store(db_url, clock=clock)
+    d = new.dispatch("n" * 32)
+    assert (d.job_id, d.ingest_owner, d.ingest_until) == (7, None, None)
+    assert new.claim_ingest("n" * 32, "job:7")
+    assert new.record_step("watch:o/r#1@abc", "result", {"x": 1}).data == {"x": 1}
+    assert new.take_lease("redeliver", "a", hold_s=10)
+    assert new.count_redelivery_ask("g") == 1
+    new.close()
+
+
+def test_steps_are_recorded_once(store):
+    assert store.step_done("s", "a") is None
+    assert store.record_step("s", "a", {"pr": 5}).data == {"pr": 5}
+    assert store.record_step("s", "a", {"pr": 6}).data == {"pr": 5}  # the first one stays
+    store.record_step("s", "b", None)
+    assert sorted(store.steps("s")) == ["a", "b"] and store.steps("other") == {}
+
+
+def test_ingest_claim_resumes_for_its_owner_only(store, clock):
+    store.record_dispatch("n" * 32, repo="o/r", task_id=1, generation=1, kind="run_task",
+                          doc={}, base_sha=None, job_id=7)
+    assert store.claim_ingest("n" * 32, "job:1", hold_s=60)
+    assert not store.claim_ingest("n" * 32, "job:2", hold_s=60)  # another is applying it
+    assert store.claim_ingest("n" * 32, "job:1", hold_s=60)  # its re-run after a crash
+    clock.t += 61
+    assert store.claim_ingest("n" * 32, "job:2", hold_s=60)  # the hold ran out
+    assert store.consume_dispatch("n" * 32)
+    assert not store.claim_ingest("n" * 32, "job:2")  # consumed: a replay
+
+
+def test_a_lease_is_held_by_one_owner_until_it_runs_out(store, clock):
+    assert store.take_lease("redeliver", "a", hold_s=10)
+    assert not store.take_lease("redeliver", "b", hold_s=10)
+    assert store.take_lease("redeliver", "a", hold_s=10)  # renewed
+    clock.t += 11
+    assert store.take_lease("redeliver", "b", hold_s=10)  # a died: b takes over
+    assert not store.take_lease("redeliver", "a", hold_s=10)
+    store.drop_lease("redeliver", "b")
+    assert store.take_lease("redeliver", "a", hold_s=10)
+
+
+def test_redelivery_asks_are_counted_and_given_up_once(store):
+    assert [store.count_redelivery_ask("g") for _ in range(3)] == [1, 2, 3]
+    assert store.give_up_redelivery("g") and not store.give_up_redelivery("g")
+    assert store.redelivery_counts() == (3, 1)

@@ -172,7 +172,7 @@ def test_a_merged_claim_that_does_not_reproduce_gets_a_comment_and_a_revert_pr(
     bot, pull, ev, merge = merged_candidate(make_bot, fake_github, repo, harness)
     assert harness.watched == [merge]
     (job,) = bot.store.jobs(kind="rebaseline")
-    assert job.state == "done" and "watch: failed (hidden seed " in job.result, job.result
+    assert job.state == "done" and "watch: failed (hidden seed " in job.result, (job.result, [j.last_error for j in bot.store.jobs()])
     assert f"), revert #{revert_pulls(fake_github, repo)[0].number}" in job.result
 
     # the comment on the merged PR: why, and both reports side by side
@@ -386,3 +386,30 @@ def test_someone_elses_pr_on_the_revert_branch_is_never_pushed_over(
     (comment,) = watch_comments(fake_github, repo, pull.number, merge)
     assert "No revert PR: " in comment.body and "a PR the bot did not open" in comment.body
     assert not bot.store.jobs(state="failed")
+
+
+def test_a_fork_pr_from_the_revert_branch_name_does_not_stop_the_revert(
+        make_bot, fake_github, make_repo, tmp_path):
+    """Issue 30's low: mallory opens a PR from a branch named ``rsi-revert/<N>`` of her
+    fork before the merge. That branch is not this repository's: the bot still opens
+    its own revert PR (labelled, review asked), and the watch comment links it."""
+    repo = make_target(make_repo, fake_github, tmp_path)
+    harness = WatchedHarness(faster=False)
+    bot = make_bot(harness)
+    n = fake_github.open_issue(repo, "Faster", "Make it faster.", by="alice")
+    bot.deliver(fake_github.label_issue(repo, n, "rsi", by="alice"))
+    (pull,) = fake_github.pulls(repo)
+    fork_pr = fake_github.open_fork_pull(repo, revert_branch_name(pull.number),
+                                         {"src/notes.txt": "mine\n"}, by="mallory")
+    assert fake_github.pull(repo, fork_pr).pull.head_repo == f"mallory/{repo.split('/')[1]}"
+    bot.deliver(fake_github.merge_pull(repo, pull.number, by="alice"))
+    merge = fake_github.pull(repo, pull.number).pull.merge_commit_sha
+    revs = revert_pulls(fake_github, repo)
+    ours = [p for p in revs if p.user.login == BOT]
+    assert sorted(p.number for p in revs) == sorted([fork_pr, ours[0].number]), revs
+    (rev,) = ours
+    assert render.REVERT_LABEL in rev.labels and rev.pull.head_repo is None
+    assert [u.login for u in rev.pull.requested_reviewers] == ["alice"]
+    (comment,) = watch_comments(fake_github, repo, pull.number, merge)
+    assert f"Opened #{rev.number} to revert it" in comment.body
+    assert "did not open" not in comment.body

@@ -347,6 +347,31 @@ class FakeGitHub:
         git.update_ref(r.bare, f"refs/heads/{branch}", sha)
         return sha
 
+    def open_fork_pull(self, repo: str, branch: str, files: Mapping[str, str | bytes], *,
+                       by: str, title: str = "From my fork") -> int:
+        """A PR from ``branch`` of ``by``'s fork (``by/<name>``): its head commit lives
+        in this repository only as ``refs/pull/<n>/head``, as on GitHub; no branch
+        ``branch`` is made here. Returns its number."""
+        r = self.repo(repo)
+        base = git.resolve(r.bare, f"refs/heads/{r.default_branch}")
+        assert base is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            git.git(r.bare, "read-tree", base, env=env)
+            for path, content in files.items():
+                data = content.encode() if isinstance(content, str) else content
+                blob = git.git(r.bare, "hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+                git.git(r.bare, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+            tree = git.git(r.bare, "write-tree", env=env).stdout.decode().strip()
+        sha = git.out(r.bare, "commit-tree", tree, "-m", title, "-p", base)
+        with self.lock:
+            i = Issue(self._next_number(r), self._id(), title, "", self._user(by),
+                      pull=PullState(branch, sha, r.default_branch, base, False,
+                                     head_repo=f"{by}/{r.name}"))
+            r.issues[i.number] = i
+        git.update_ref(r.bare, f"refs/pull/{i.number}/head", sha)
+        return i.number
+
     # ------------------------------------------------------------ test helpers: issues
 
     def open_issue(self, repo: str, title: str, body: str = "", *, by: str,
@@ -1337,7 +1362,8 @@ class FakeGitHub:
             if i.pull is None or (state != "all" and i.state != state):
                 continue
             self._refresh_pull(r, i)
-            if head and f"{r.owner.login}:{i.pull.head_ref}" != head:
+            owner = i.user.login if i.pull.head_repo else r.owner.login
+            if head and f"{owner}:{i.pull.head_ref}" != head:
                 continue
             if base and i.pull.base_ref != base:
                 continue
@@ -1368,7 +1394,8 @@ class FakeGitHub:
         if head_sha is None:
             raise invalid("PullRequest", "head", "invalid")
         for i in r.issues.values():
-            if i.pull and i.state == "open" and i.pull.head_ref == head and i.pull.base_ref == base:
+            if (i.pull and i.state == "open" and i.pull.head_ref == head and i.pull.base_ref == base
+                    and i.pull.head_repo is None):
                 raise ApiError(422, "Validation Failed", [{
                     "resource": "PullRequest", "code": "custom",
                     "message": f"A pull request already exists for {r.owner.login}:{head}."}])

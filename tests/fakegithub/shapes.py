@@ -148,6 +148,17 @@ def branch_part(root: str, r: Repo, ref: str, sha: str) -> dict[str, Any]:
             "user": user(root, r.owner), "repo": repo(root, r)}
 
 
+def fork_part(root: str, r: Repo, fork: str, ref: str, sha: str, owner: Any) -> dict[str, Any]:
+    """A PR's head in a fork ``fork`` (owned by ``owner``) of ``r``."""
+    d = repo(root, r)
+    name = fork.split("/", 1)[1]
+    d.update(id=r.id + 50_000_000, node_id=node_id("Repository", r.id + 50_000_000), name=name,
+             full_name=fork, owner=user(root, owner), fork=True,
+             url=f"{root}/repos/{fork}", html_url=f"{root}/{fork}")
+    return {"label": f"{owner.login}:{ref}", "ref": ref, "sha": sha,
+            "user": user(root, owner), "repo": d}
+
+
 def pull(root: str, r: Repo, i: Issue) -> dict[str, Any]:
     p = i.pull
     assert p is not None
@@ -170,7 +181,8 @@ def pull(root: str, r: Repo, i: Issue) -> dict[str, Any]:
         "review_comment_url": f"{root}/repos/{r.full_name}/pulls/comments{{/number}}",
         "comments_url": f"{issue_api}/comments",
         "statuses_url": f"{root}/repos/{r.full_name}/statuses/{p.head_sha}",
-        "head": branch_part(root, r, p.head_ref, p.head_sha),
+        "head": (branch_part(root, r, p.head_ref, p.head_sha) if p.head_repo is None
+                 else fork_part(root, r, p.head_repo, p.head_ref, p.head_sha, i.user)),
         "base": branch_part(root, r, p.base_ref, p.base_sha),
         "_links": {"self": {"href": api}, "html": {"href": html},
                    "issue": {"href": issue_api}, "comments": {"href": f"{issue_api}/comments"},

@@ -63,6 +63,8 @@ class PullState:
     merged_at: datetime | None = None
     merge_commit_sha: str | None = None
     merged_by: User | None = None
+    head_repo: str | None = None
+    """A fork's ``owner/name`` when the head branch lives in a fork (None: this repository)."""
 
 
 @dataclass(eq=False)
