@@ -33,9 +33,11 @@ candidate on top of it; ``reverify(branch)`` re-judges one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -48,6 +50,7 @@ from harness.agents import Agent, AgentContext, AgentOutcome, make_agent
 from harness.agents.base import host_dir, write_host_file
 from harness.agents.taskmd import load_template, write_task_md
 from harness.agents.usage import budget_spent, round_usage
+from harness.calcache import CalibrationKey, RunnerStore
 from harness.events import (
     AgentFinished,
     BaselineMeasured,
@@ -221,8 +224,10 @@ class _Loop:
         state_dir: Path,
         backend: VerifierBackend,
         on_event: Callable[[LoopEvent], None] | None,
+        store: RunnerStore | None = None,
     ):
         self.repo = Path(repo).resolve()
+        self.store = store
         self.spec = spec
         self.state_dir = Path(state_dir).resolve()
         self.ws = Workspace(self.repo, self.state_dir / "worktrees")
@@ -253,13 +258,71 @@ class _Loop:
         """The verdict on fresh exports of ``shas`` (bk, candidate, b0), made
         for this call and removed after it: never a tree an agent touched."""
         refs = {"bk": shas["bk"], "candidate": shas["candidate"], "b0": shas["b0"] if with_b0 else None}
-        with self.ws.exports(f"verify-{key}", refs) as d:
+        with self.lane(), self.ws.exports(f"verify-{key}", refs) as d:
             return self.backend.verify(d["bk"], d["candidate"], self.spec, b0=d.get("b0"), shas=shas,
                                        calibration=calibration, progress=progress)
 
+    def lane(self):
+        """The runner's one measuring lane (``RunnerStore.lane``; without a store,
+        this process's): every calibration and verification holds it."""
+        def waiting() -> None:
+            self.emit(Progress, "waiting for the runner's measuring lane (another verification is measuring)",
+                      phase="lane")
+
+        return (self.store.lane(on_wait=waiting) if self.store is not None
+                else _process_lane(waiting))
+
+    def calibration_key(self, sha: str, spec: TaskSpec) -> CalibrationKey | None:
+        """What a calibration of ``sha`` under ``spec`` measures, or None when
+        it cannot be kept (no store; a backend that does not say where it measures)."""
+        where = getattr(self.backend, "measures_where", None)
+        if self.store is None or where is None:
+            return None
+        try:
+            tree = git(self.repo, "rev-parse", f"{sha}^{{tree}}")
+            return CalibrationKey.of(spec, tree, where(spec))
+        except Exception:  # noqa: BLE001 - no key: measured as without a store
+            log.warning("no calibration key for %s", sha[:12], exc_info=True)
+            return None
+
+    def reuse_calibration(self, sha: str, what: str) -> Calibration | None:
+        """A stored calibration of ``sha`` (this task's pairs, then the longer
+        retry's) that this task may use: comparable machine, young enough,
+        feasible at ``min_gain``; said in a progress line with the time saved."""
+        if self.store is None:
+            return None
+        pairs = self.spec.verify.verifier.calibration_pairs
+        for spec in (self.spec, with_calibration_pairs(self.spec, 2 * pairs)):
+            key = self.calibration_key(sha, spec)
+            try:
+                hit = self.store.get(key) if key is not None else None
+            except OSError:
+                log.warning("the runner's calibration store is unreadable", exc_info=True)
+                return None
+            if key is None or hit is None or not calibration_ok(hit.calibration, self.spec.min_gain)[0]:
+                continue
+            with contextlib.suppress(OSError):
+                self.store.note_hit(key, hit, what)
+            self.emit(Progress, f"reusing {what}'s calibration from {_ago(hit.age_s)} on this runner (same "
+                      f"machine, tree and benchmark config; {hit.calibration.pairs} A/A pairs): "
+                      f"{hit.measured_s:.0f} s of measuring saved; every look still checks it against "
+                      "the pairs' own noise", phase="calibrate")
+            return hit.calibration
+        return None
+
     def calibrate(self, key: str, sha: str, spec: TaskSpec | None = None) -> Calibration:
-        with self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d:
-            return self.backend.calibrate(d["ref"], spec or self.spec, progress=self.progress())
+        spec = spec or self.spec
+        store_key = self.calibration_key(sha, spec)
+        with self.lane(), self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d:
+            t0 = time.monotonic()
+            cal = self.backend.calibrate(d["ref"], spec, progress=self.progress())
+            took = time.monotonic() - t0
+        if store_key is not None and self.store is not None:
+            try:
+                self.store.put(store_key, cal, took)
+            except OSError:
+                log.warning("could not keep the calibration in the runner's store", exc_info=True)
+        return cal
 
     def save(self, st: LoopState) -> None:
         save_state(self.state_dir, st)
@@ -268,7 +331,17 @@ class _Loop:
     def baseline(self, st: LoopState) -> bool:
         if st.calibration is not None:
             return True
-        self.emit(Progress, f"measuring B0 {st.b0_sha[:12]} (calibration)", phase="calibrate")
+        reused = self.reuse_calibration(st.b0_sha, "B0")
+        if reused is not None:
+            st.calibration = reused
+            self.save(st)
+            ok, message = calibration_ok(reused, self.spec.min_gain)
+            self.emit(BaselineMeasured, f"B0 {st.b0_sha[:12]} measured (calibration reused): {message}",
+                      sha=st.b0_sha, calibration=reused)
+            return True
+        v = self.spec.verify.verifier
+        self.emit(Progress, f"measuring B0 {st.b0_sha[:12]} (calibration: {v.calibration_pairs} A/A pairs, "
+                  f"{2 * (v.calibration_pairs + v.warmup)} benchmark runs)", phase="calibrate")
         try:
             cal = self.calibrate("b0", st.b0_sha)
         except Exception as exc:  # noqa: BLE001 - a failed calibration refuses the task, with the reason
@@ -542,6 +615,35 @@ def with_calibration_pairs(spec: TaskSpec, pairs: int) -> TaskSpec:
     return spec.model_copy(update={"verify": verify, "config": config})
 
 
+_LANE = threading.Lock()
+
+
+def _store(store: RunnerStore | None | Literal["default"]) -> RunnerStore | None:
+    return RunnerStore.default() if isinstance(store, str) else store
+
+
+@contextlib.contextmanager
+def _process_lane(on_wait: Callable[[], None]):
+    """This process's measuring lane, for a loop without a runner store."""
+    if not _LANE.acquire(blocking=False):
+        on_wait()
+        _LANE.acquire()
+    try:
+        yield
+    finally:
+        _LANE.release()
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86400:.1f} days ago"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -571,10 +673,11 @@ def run_task(
     keep: Literal["advance", "propose"] | None = None,
     agent: Agent | str | None = None,
     rounds: int | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], bool | str] = lambda: False,
     on_event: Callable[[LoopEvent], None] | None = None,
     verifier: VerifierBackend | str | None = None,
     base_ref: str | None = None,
+    store: RunnerStore | None | Literal["default"] = "default",
 ) -> TaskResult:
     """Run the loop on ``repo`` until the budget, a stop, N straight
     rejections or an exhausted agent. Resumable: call it again with the same
@@ -583,7 +686,8 @@ def run_task(
     ``keep`` defaults to ``[agent] keep``; ``agent`` to ``[agent] kind``;
     ``rounds`` (the task's total budget) to ``[agent] rounds``; ``verifier``
     to ``$RSI_VERIFY_MODE`` or ``sandbox``; ``base_ref`` (B0) to the default
-    branch."""
+    branch; ``store`` (kept calibrations, the measuring lane) to the runner's
+    (``harness.calcache.default_root``), None for neither."""
     from harness.gitutil import default_branch
 
     repo = Path(repo).resolve()
@@ -591,7 +695,7 @@ def run_task(
     backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
     agent_obj = agent if (agent is not None and not isinstance(agent, str)) else make_agent(spec, agent, repo=repo)
     rounds_total = rounds or spec.agent.rounds
-    loop = _Loop(repo, spec, state_dir, backend, on_event)
+    loop = _Loop(repo, spec, state_dir, backend, on_event, _store(store))
 
     st = load_state(state_dir)
     if st is not None and st.task_id != spec.task_id:
@@ -641,8 +745,8 @@ def run_task(
             if (spent := budget_spent(spec.agent, st.spent)) is not None:
                 st.status, st.reason = "finished", spent
                 break
-            if should_stop():
-                st.status, st.reason = "stopped", "stopped on request"
+            if why := should_stop():
+                st.status, st.reason = "stopped", why if isinstance(why, str) else "stopped on request"
                 loop.save(st)
                 loop.emit(Stopped, st.reason)
                 return _result(st)
@@ -691,6 +795,7 @@ def rebaseline(
     state_dir: Path,
     on_event: Callable[[LoopEvent], None] | None = None,
     verifier: VerifierBackend | str | None = None,
+    store: RunnerStore | None | Literal["default"] = "default",
 ) -> RebaselineResult:
     """Measure ``ref`` (e.g. a merge commit) as the new Bk and re-verify every
     open candidate on top of it: each is cherry-picked onto the new Bk (its
@@ -698,7 +803,7 @@ def rebaseline(
     ``conflict`` (reported, branch left as it was); else judged again."""
     repo = Path(repo).resolve()
     backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
-    loop = _Loop(repo, spec, Path(state_dir), backend, on_event)
+    loop = _Loop(repo, spec, Path(state_dir), backend, on_event, _store(store))
     st = _require_state(loop.state_dir)
     new_bk = rev_parse(repo, ref)
     if new_bk is None:
@@ -710,7 +815,7 @@ def rebaseline(
     loop.save(st)
     cal = None
     try:
-        cal = loop.calibrate("bk", new_bk)
+        cal = loop.reuse_calibration(new_bk, "the new Bk") or loop.calibrate("bk", new_bk)
     except Exception as exc:  # noqa: BLE001 - reported; re-verification still runs with B0's calibration
         loop.emit(Progress, f"could not calibrate the new Bk: {exc}")
     loop.emit(
@@ -810,11 +915,12 @@ def reverify(
     state_dir: Path,
     verifier: VerifierBackend | str | None = None,
     on_event: Callable[[LoopEvent], None] | None = None,
+    store: RunnerStore | None | Literal["default"] = "default",
 ) -> Verdict:
     """Judge the tip of ``branch`` again against the task's current Bk and B0."""
     repo = Path(repo).resolve()
     backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
-    loop = _Loop(repo, spec, Path(state_dir), backend, on_event)
+    loop = _Loop(repo, spec, Path(state_dir), backend, on_event, _store(store))
     st = _require_state(loop.state_dir)
     sha = rev_parse(repo, f"refs/heads/{branch}") or rev_parse(repo, branch)
     if sha is None:
