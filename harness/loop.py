@@ -71,6 +71,7 @@ from harness.events import (
 )
 from harness.gitutil import GitError, git, git_ok, rev_parse
 from harness.ledger import CandidateStatus, Ledger, LedgerRecord, Usage
+from harness.parallel import run_parallel
 from harness.policy import PolicyResult, check_diff
 from harness.spec import TaskSpec
 from harness.verification import VerifierBackend, calibration_ok, error_verdict, make_backend
@@ -129,6 +130,9 @@ class InProgress(BaseModel):
     verdict: Verdict | None = None
     patch_id: str = ""
     left_out: list[str] = Field(default_factory=list)
+    slot: str = ""
+    """Whose agent state the round starts from and updates (``agent_state``'s
+    key): the agent's name, or ``name@k`` for the k-th of parallel agents."""
 
 
 class LoopState(BaseModel):
@@ -148,6 +152,9 @@ class LoopState(BaseModel):
     agent_state: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Each agent's own state, by agent name (a task may use several agents in turn)."""
     in_progress: InProgress | None = None
+    in_flight: list[InProgress] = Field(default_factory=list)
+    """With parallel agents (``run_task(agents=N)``): every round started and not
+    yet recorded, in candidate order (``in_progress`` stays None)."""
     candidates: list[LoopCandidate] = Field(default_factory=list)
     bk_history: list[dict[str, Any]] = Field(default_factory=list)
     """Every Bk of the task: {sha, at, via} (via: b0 | candidate n | rebaseline)."""
@@ -228,6 +235,11 @@ class _Loop:
     ):
         self.repo = Path(repo).resolve()
         self.store = store
+        self.mutex = threading.RLock()
+        """With parallel agents: held by a worker for everything but its agent's
+        run, its wait for the measuring lane and the measurement itself."""
+        self.parallel = False
+        self._emit_lock = threading.Lock()
         self.spec = spec
         self.state_dir = Path(state_dir).resolve()
         self.ws = Workspace(self.repo, self.state_dir / "worktrees")
@@ -241,7 +253,8 @@ class _Loop:
         if self.on_event is None:
             return
         try:
-            self.on_event(event(task_id=self.spec.task_id, message=message, **kw))
+            with self._emit_lock:
+                self.on_event(event(task_id=self.spec.task_id, message=message, **kw))
         except Exception:  # noqa: BLE001 - a broken watcher must not stop the loop
             log.exception("on_event failed for a %s event", event.__name__)
 
@@ -258,9 +271,33 @@ class _Loop:
         """The verdict on fresh exports of ``shas`` (bk, candidate, b0), made
         for this call and removed after it: never a tree an agent touched."""
         refs = {"bk": shas["bk"], "candidate": shas["candidate"], "b0": shas["b0"] if with_b0 else None}
-        with self.lane(), self.ws.exports(f"verify-{key}", refs) as d:
+        with self.lane_unlocked(), self.ws.exports(f"verify-{key}", refs) as d, self.unlocked():
             return self.backend.verify(d["bk"], d["candidate"], self.spec, b0=d.get("b0"), shas=shas,
                                        calibration=calibration, progress=progress)
+
+    @contextlib.contextmanager
+    def unlocked(self):
+        """With parallel agents, let the others work meanwhile (this worker holds
+        ``mutex`` once); a no-op otherwise."""
+        if not self.parallel:
+            yield
+            return
+        self.mutex.release()
+        try:
+            yield
+        finally:
+            self.mutex.acquire()
+
+    @contextlib.contextmanager
+    def lane_unlocked(self):
+        """The measuring lane, waited for without holding ``mutex``."""
+        cm = self.lane()
+        with self.unlocked():
+            cm.__enter__()
+        try:
+            yield
+        finally:
+            cm.__exit__(None, None, None)
 
     def lane(self):
         """The runner's one measuring lane (``RunnerStore.lane``; without a store,
@@ -313,7 +350,7 @@ class _Loop:
     def calibrate(self, key: str, sha: str, spec: TaskSpec | None = None) -> Calibration:
         spec = spec or self.spec
         store_key = self.calibration_key(sha, spec)
-        with self.lane(), self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d:
+        with self.lane_unlocked(), self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d, self.unlocked():
             t0 = time.monotonic()
             cal = self.backend.calibrate(d["ref"], spec, progress=self.progress())
             took = time.monotonic() - t0
@@ -435,7 +472,8 @@ class _Loop:
         )
         t0 = time.monotonic()
         try:
-            outcome = agent.run(ctx)
+            with self.unlocked():
+                outcome = agent.run(ctx)
         except Exception as exc:  # noqa: BLE001 - an agent crash is an error candidate
             outcome = AgentOutcome(error=f"agent {agent.name} raised {type(exc).__name__}: {exc}")
         outcome.duration_s = outcome.duration_s or (time.monotonic() - t0)
@@ -445,7 +483,7 @@ class _Loop:
         if outcome.log:
             write_host_file(io_dir / "agent.log", outcome.log)
         if outcome.done and not taken.sha and not outcome.error:
-            st.in_progress = None
+            self.finish(st, ip)
             st.status, st.reason = "exhausted", outcome.hypothesis or f"{agent.name} has nothing left to try"
             self.ws.remove(name)
             self.save(st)
@@ -507,6 +545,49 @@ class _Loop:
             ip.decision, ip.reason = "error", outcome.error
         elif not taken.sha:
             ip.decision, ip.reason = "reject", "the agent made no change"
+
+    def new_round(self, st: LoopState, *, round_: int, n: int, agent: str, slot: str) -> InProgress:
+        """A parallel worker's new round on the current Bk, in ``in_flight`` (saved)."""
+        ip = InProgress(round=round_, n=n, agent=agent, slot=slot, base_sha=st.bk_sha,
+                        agent_state_before=copy.deepcopy(st.agent_state.get(slot, {})))
+        st.in_flight.append(ip)
+        self.save(st)
+        return ip
+
+    def finish(self, st: LoopState, ip: InProgress) -> None:
+        """``ip`` is no longer in progress (recorded, or its agent had nothing left)."""
+        if st.in_progress is ip:
+            st.in_progress = None
+        st.in_flight = [x for x in st.in_flight if x is not ip]
+
+    def onto_bk(self, st: LoopState, ip: InProgress) -> None:
+        """A candidate made on an older Bk (parallel agents; Bk advanced by a
+        kept one meanwhile) moved onto the current Bk before it is judged: its
+        commit cherry-picked there (its branch follows); one that no longer
+        applies, or whose change Bk already has, is rejected with the reason."""
+        if ip.stage != "verify" or ip.base_sha == st.bk_sha:
+            return
+        bk, name = st.bk_sha, f"onto-bk-{ip.n}"
+        wt = self.ws.checkout(name, bk)
+        try:
+            git(wt, "cherry-pick", "--allow-empty", ip.sha)
+            new_sha = git(wt, "rev-parse", "HEAD")
+        except GitError as exc:
+            git_ok(wt, "cherry-pick", "--abort")
+            ip.decision, ip.stage = "reject", "record"
+            ip.reason = (f"does not apply on the current Bk {bk[:12]} (kept while this candidate was made): "
+                         f"{exc.stderr.strip()[-300:]}")
+            return
+        finally:
+            self.ws.remove_worktree(name)
+        if not git(self.repo, "diff", "--name-only", bk, new_sha).strip():
+            ip.decision, ip.stage = "reject", "record"
+            ip.reason = f"its change is already in the current Bk {bk[:12]}"
+            return
+        git(self.repo, "update-ref", f"refs/heads/{ip.branch}", new_sha)
+        ip.sha, ip.base_sha = new_sha, bk
+        ip.patch_id = self.ws.patch_id(bk, new_sha)
+        self.save(st)
 
     def verify_stage(self, st: LoopState, ip: InProgress) -> None:
         shas = {"b0": st.b0_sha, "bk": ip.base_sha, "candidate": ip.sha}
@@ -584,10 +665,10 @@ class _Loop:
         if outcome.usage is not None:
             st.spent = st.spent.plus(outcome.usage)
         if ip.agent_state_after is not None:
-            st.agent_state[ip.agent or agent.name] = ip.agent_state_after
-        st.rounds_done = ip.round
-        st.next_n = ip.n + 1
-        st.in_progress = None
+            st.agent_state[ip.slot or ip.agent or agent.name] = ip.agent_state_after
+        st.rounds_done = max(st.rounds_done, ip.round)
+        st.next_n = max(st.next_n, ip.n + 1)
+        self.finish(st, ip)
         self.save(st)
         self.ws.remove(f"cand-{ip.n}")
         gain = f" ({record.gain * 100:+.1f}%)" if record.gain is not None else ""
@@ -678,6 +759,7 @@ def run_task(
     verifier: VerifierBackend | str | None = None,
     base_ref: str | None = None,
     store: RunnerStore | None | Literal["default"] = "default",
+    agents: int = 1,
 ) -> TaskResult:
     """Run the loop on ``repo`` until the budget, a stop, N straight
     rejections or an exhausted agent. Resumable: call it again with the same
@@ -687,7 +769,9 @@ def run_task(
     ``rounds`` (the task's total budget) to ``[agent] rounds``; ``verifier``
     to ``$RSI_VERIFY_MODE`` or ``sandbox``; ``base_ref`` (B0) to the default
     branch; ``store`` (kept calibrations, the measuring lane) to the runner's
-    (``harness.calcache.default_root``), None for neither."""
+    (``harness.calcache.default_root``), None for neither; ``agents``: how many
+    agents work at once (``harness.parallel``: one measuring lane, the ledger in
+    candidate order)."""
     from harness.gitutil import default_branch
 
     repo = Path(repo).resolve()
@@ -736,6 +820,10 @@ def run_task(
     if not loop.baseline(st):
         return _result(st)
 
+    if agents < 1:
+        raise ValueError(f"agents must be 1 or more, not {agents}")
+    if agents > 1 or st.in_flight:
+        return _run_parallel(loop, st, agent_obj, rounds_total, agents, should_stop)
     limit = spec.agent.max_straight_rejections
     while True:
         if st.in_progress is None:
@@ -767,6 +855,26 @@ def run_task(
         gain_vs_b0=res.gain_vs_b0,
         rounds=st.rounds_done,
     )
+    return res
+
+
+def _run_parallel(loop: _Loop, st: LoopState, agent: Agent, rounds_total: int, agents: int,
+                  should_stop: Callable[[], bool | str]) -> TaskResult:
+    """``run_task``'s rounds with several agents at once (``harness.parallel``)."""
+    if st.in_progress is not None:  # a round a one-agent run left: finished first, alone
+        loop.round(st, agent, rounds_total)
+    out = run_parallel(loop, st, agent, rounds_total, agents, should_stop)
+    if out.errors:
+        loop.save(st)
+        raise out.errors[0]
+    st.status, st.reason = out.status, out.reason  # type: ignore[assignment]
+    loop.save(st)
+    if out.kind:
+        loop.emit(Stopped if out.kind == "stopped" else Paused, st.reason)
+        return _result(st)
+    res = _result(st)
+    loop.emit(Finished, f"{loop.spec.task_id} {st.status}: {st.reason}; {len(res.kept)} kept, {len(res.open)} open",
+              sha=st.bk_sha, status=st.status, gain_vs_b0=res.gain_vs_b0, rounds=st.rounds_done)
     return res
 
 
