@@ -14,7 +14,7 @@ quiet spell (no output line), the verdict, and whether the calibration was
 reused. The calibration store is a fresh temporary dir unless ``--store``
 names one, so the first try measures and the later ones may reuse.
 
-    .venv/bin/python benchmarks/try_time.py [--runs 2] [--verify sandbox|inprocess]
+    .venv/bin/python benchmarks/try_time.py [--runs 2] [--verify sandbox|inprocess] [--min-gain 0.05]
 
 Targets: every try under 15 minutes on this machine; no quiet spell over 60 s.
 """
@@ -60,9 +60,10 @@ def make_repo(parent: Path) -> Path:
     return repo
 
 
-def rsi_init(repo: Path, env: dict[str, str]) -> None:
+def rsi_init(repo: Path, env: dict[str, str], min_gain: float) -> None:
     r = subprocess.run([sys.executable, "-m", "bot.cli", "init", "--yes", "--scaffold", "serving",
-                        "--serve", "python -m tinygen.server --port $RSI_PORT"], cwd=repo, env=env,
+                        "--serve", "python -m tinygen.server --port $RSI_PORT", "--min-gain",
+                        str(min_gain)], cwd=repo, env=env,
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise SystemExit(f"rsi init failed: {r.stderr[-2000:]}")
@@ -106,20 +107,22 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=None, help="the calibration store (default: fresh)")
     ap.add_argument("--limit-s", type=float, default=1800, help="kill a try after this long")
     ap.add_argument("--quiet", action="store_true", help="do not echo the tries' lines")
+    ap.add_argument("--min-gain", type=float, default=0.05, help="rsi init --min-gain (its default: 0.05)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rsi-try-time-") as tmp:
         parent = Path(tmp)
         store = args.store or parent / "calibrations"
         env = _env(store)
         repo = make_repo(parent)
-        rsi_init(repo, env)
+        rsi_init(repo, env, args.min_gain)
         rows = []
         for i in range(args.runs):
             print(f"try {i + 1}/{args.runs} ...", flush=True)
             rows.append(one_try(repo, parent / f"out{i}", env, args.verify, args.limit_s,
                                 not args.quiet))
     print()
-    print(f"rsi try on the scaffolded serving benchmark (tinygen), --verify {args.verify}, "
+    print(f"rsi try on the scaffolded serving benchmark (tinygen, min_gain {args.min_gain:g}), "
+          f"--verify {args.verify}, "
           f"load {os.getloadavg()[0]:.1f} at the end")
     print("| try | exit | wall | B0 measured at | longest quiet | verdict | calibration |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -453,6 +453,8 @@ def run_cmd(
     verify: str | None = typer.Option(None, "--verify", help="sandbox (default) | inprocess"),
     task_id: str | None = typer.Option(None, "--task-id", help="Default: the task file's name, or 'local'."),
     quiet: bool = typer.Option(False, "--quiet", help="Plain event lines instead of the progress display."),
+    agents: int = typer.Option(1, "--agents", min=1, help="Agents working at once, each in its own sandbox; "
+                               "candidates are still measured one at a time on this runner."),
 ) -> None:
     """Run the loop on a local repository; rerun to resume after a kill."""
     from rich.console import Console
@@ -488,7 +490,7 @@ def run_cmd(
         steps.line(f"{tid}: {estimate(spec, rounds_total)}")
 
         result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
-                          on_event=steps, verifier=verify)
+                          on_event=steps, verifier=verify, agents=agents)
     else:
         from rich.progress import (
             BarColumn,
@@ -520,7 +522,7 @@ def run_cmd(
                 progress.update(bar, description=f"{tid}: {ev.kind}")
 
             result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
-                              on_event=on_event, verifier=verify)
+                              on_event=on_event, verifier=verify, agents=agents)
     from rich.table import Table
 
     table = Table(title=f"{tid}: {result.status} ({result.reason})")
