@@ -354,7 +354,7 @@ class _Loop:
             t0 = time.monotonic()
             cal = self.backend.calibrate(d["ref"], spec, progress=self.progress())
             took = time.monotonic() - t0
-        if store_key is not None and self.store is not None:
+        if store_key is not None and self.store is not None and isinstance(cal, Calibration):
             try:
                 self.store.put(store_key, cal, took)
             except OSError:
