@@ -26,7 +26,9 @@ candidate then waits for its turn on the one measuring lane::
   one-knob-at-a-time search cannot be split and is refused.
 * **State**: ``state.json``'s ``in_flight`` holds every round started and not
   recorded; a resumed run sends those past their agent to the lane first, in
-  order, and gives those still at their agent back to their worker.
+  order; a round cut off at its agent is dropped and its worker starts anew
+  from the same agent state, under a higher number (the ledger stays in
+  candidate order; the dropped round's number is not used again).
 * **Stopping**: budget, ``should_stop``, straight rejections and an exhausted
   agent are checked before each claim; rounds already claimed finish.
 """
@@ -120,7 +122,6 @@ def run_parallel(loop: Loop, st: State, agent: Agent, rounds_total: int, workers
     slots = [slot_name(agent, k) for k in range(workers)]
     out = Outcome()
     cond = threading.Condition(loop.mutex)
-    owned: set[int] = set()
     exhausted = [False] * workers
     limit = loop.spec.agent.max_straight_rejections
 
@@ -134,10 +135,6 @@ def run_parallel(loop: Loop, st: State, agent: Agent, rounds_total: int, workers
     def claim(k: int) -> Round | None:
         if out.status or out.errors:
             return None
-        for old in st.in_flight:  # a resumed round still at its agent: its worker's again
-            if old.stage == "agent" and old.slot == slots[k] and old.n not in owned:
-                owned.add(old.n)
-                return old
         nxt = max([st.rounds_done, *(x.round for x in st.in_flight)]) + 1
         if nxt > rounds_total:
             return None
@@ -154,7 +151,6 @@ def run_parallel(loop: Loop, st: State, agent: Agent, rounds_total: int, workers
             return None
         ip = loop.new_round(st, round_=nxt, n=max([st.next_n, *(x.n + 1 for x in st.in_flight)]),
                             agent=agent.name, slot=slots[k])
-        owned.add(ip.n)
         return ip
 
     def my_turn(ip: Round) -> bool:
@@ -186,8 +182,8 @@ def run_parallel(loop: Loop, st: State, agent: Agent, rounds_total: int, workers
             for ip in sorted([x for x in st.in_flight if x.stage != "agent"], key=lambda x: x.n):
                 who = agents[slots.index(ip.slot)] if ip.slot in slots else agent
                 lane_stage(ip, who)
-            for ip in [x for x in st.in_flight if x.stage == "agent" and x.slot not in slots]:
-                loop.finish(st, ip)  # a worker that this run does not have: its round, dropped
+            for ip in [x for x in st.in_flight if x.stage == "agent"]:
+                loop.finish(st, ip)  # cut off at its agent: redone as a new round (a higher number)
             loop.save(st)
         threads = [threading.Thread(target=worker, args=(k,), name=f"rsi-agent-{k + 1}", daemon=True)
                    for k in range(workers)]
