@@ -72,3 +72,16 @@ def test_the_budget_stops_before_a_round_that_could_not_end_within_it(tmp_path: 
     why = budget()
     assert isinstance(why, str) and "time budget" in why and "--budget-min" in why
     assert Budget(steps, None)() is False
+
+
+def test_a_stop_with_a_reason_is_the_tasks_reason(tmp_path: Path):
+    from harness.agents import ReplayAgent
+    from harness.loop import run_task
+
+    from . import fakes
+
+    repo = make_target(tmp_path, python=sys.executable)
+    spec = load_task(repo, None, "t")
+    res = run_task(repo, spec, state_dir=tmp_path / "state", agent=ReplayAgent([]), verifier=fakes.FakeVerifier(),
+                   should_stop=lambda: "time budget: 15.0 of 15 min used")
+    assert (res.status, res.reason) == ("stopped", "time budget: 15.0 of 15 min used")
