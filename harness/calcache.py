@@ -31,8 +31,9 @@ by default; ``RSI_CALIBRATION_MAX_AGE_H``), and (the loop's rule) it finds
 the task's ``min_gain`` feasible; otherwise B0 is measured again and the new
 calibration replaces it.
 
-The store is host-only: a directory of the runner (0700) that no container
-mounts, written atomically by the harness from the verifier's own record,
+The store is host-only: a directory of the runner (0700, this user's, refused
+when anyone else may write it) that no container mounts, written atomically
+by the harness from the verifier's own record,
 read back size-capped without following links and validated as a
 ``Calibration``; anything else is a miss (and removed). Every hit is
 appended to ``hits.jsonl`` with the seconds it saved (the measurement's own
@@ -194,12 +195,18 @@ class RunnerStore:
 
     # -- files ------------------------------------------------------------
     def _dir(self, sub: str = "") -> Path:
-        d = self.root / sub if sub else self.root
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        st = os.lstat(d)
-        if not stat.S_ISDIR(st.st_mode):
-            raise OSError(f"{d}: the runner's store must be a plain directory, not a link")
-        return d
+        """``root`` (or ``root/sub``), made 0700 when missing; refused when it is
+        a link, another user's, or writable by anyone else."""
+        dirs = [self.root, self.root / sub] if sub else [self.root]
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = os.lstat(d)
+            if not stat.S_ISDIR(st.st_mode):
+                raise OSError(f"{d}: the runner's store must be a plain directory, not a link")
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                raise OSError(f"{d}: the runner's store must be this user's and writable by no one "
+                              f"else (chmod 700 {d}, or set {ENV_DIR})")
+        return dirs[-1]
 
     def _path(self, key: CalibrationKey) -> Path:
         return self._dir("calibrations") / f"{key.digest}.json"
@@ -220,8 +227,9 @@ class RunnerStore:
             path.unlink(missing_ok=True)
             return None
         with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                return None  # only what this user wrote, writable by no one else
             data = fh.read(MAX_ENTRY_BYTES + 1)
         try:
             if len(data) > MAX_ENTRY_BYTES:

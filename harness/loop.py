@@ -290,10 +290,16 @@ class _Loop:
 
     @contextlib.contextmanager
     def lane_unlocked(self):
-        """The measuring lane, waited for without holding ``mutex``."""
+        """The measuring lane, waited for without holding ``mutex``; this
+        process's own when the runner's store cannot be used (said once)."""
         cm = self.lane()
         with self.unlocked():
-            cm.__enter__()
+            try:
+                cm.__enter__()
+            except OSError as exc:
+                log.warning("the runner's measuring lane is unusable (%s): this process's own instead", exc)
+                cm = _process_lane(lambda: None)
+                cm.__enter__()
         try:
             yield
         finally:

@@ -200,3 +200,17 @@ def test_the_loop_reuses_b0s_calibration_across_tasks_on_the_same_runner(repo: P
     fourth = task("d")
     assert any("measuring B0" in m for m in fourth)
     assert len(store.hits()) == 1
+
+
+def test_a_store_or_entry_others_may_write_is_not_trusted(repo: Path, tmp_path: Path):
+    store = RunnerStore(tmp_path / "runner")
+    key = _key(repo)
+    store.put(key, _cal(), 10.0)
+    entry = next((tmp_path / "runner" / "calibrations").glob("*.json"))
+    entry.chmod(0o666)
+    assert store.get(key) is None
+    entry.chmod(0o600)
+    assert store.get(key) is not None
+    (tmp_path / "runner").chmod(0o777)
+    with pytest.raises(OSError, match="writable by no one else"):
+        store.get(key)
