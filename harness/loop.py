@@ -371,7 +371,7 @@ class _Loop:
         save_state(self.state_dir, st)
 
     # -- B0 ------------------------------------------------------------
-    def baseline(self, st: LoopState) -> bool:
+    def baseline(self, st: LoopState, should_stop: Callable[[], bool | str] = lambda: False) -> bool:
         if st.calibration is not None:
             return True
         reused = self.reuse_calibration(st.b0_sha, "B0")
@@ -393,7 +393,10 @@ class _Loop:
             self.emit(Refused, st.reason)
             return False
         ok, message = calibration_ok(cal, self.spec.min_gain)
-        if not ok and getattr(cal, "error", None) is None:
+        why = should_stop() if not ok and getattr(cal, "error", None) is None else False
+        if why:  # a stop, or a time budget a longer calibration would not fit in: refused as it stands
+            message += f" (not measured again: {why if isinstance(why, str) else 'stopped on request'})"
+        elif not ok and getattr(cal, "error", None) is None:
             # too noisy: one busy moment (another job starting) must not refuse the task,
             # and a longer A/A series is simply more evidence: B0 is measured once more
             # with twice the pairs, and that calibration stands, whatever it says
@@ -823,7 +826,7 @@ def run_task(
         )
 
     st.budget = {"max_tokens": spec.agent.max_tokens, "max_cost_usd": spec.agent.max_cost_usd}
-    if not loop.baseline(st):
+    if not loop.baseline(st, should_stop):
         return _result(st)
 
     if agents < 1:

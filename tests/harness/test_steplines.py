@@ -85,3 +85,19 @@ def test_a_stop_with_a_reason_is_the_tasks_reason(tmp_path: Path):
     res = run_task(repo, spec, state_dir=tmp_path / "state", agent=ReplayAgent([]), verifier=fakes.FakeVerifier(),
                    should_stop=lambda: "time budget: 15.0 of 15 min used")
     assert (res.status, res.reason) == ("stopped", "time budget: 15.0 of 15 min used")
+
+
+def test_a_budget_spent_by_the_calibration_refuses_without_a_longer_one(tmp_path: Path, monkeypatch):
+    from harness.agents import ReplayAgent
+    from harness.loop import run_task
+
+    from . import fakes
+
+    monkeypatch.setenv("RSI_FAKE_NOISY", "1")  # every calibration too noisy
+    fakes.CALLS.clear()
+    repo = make_target(tmp_path, python=sys.executable)
+    spec = load_task(repo, None, "t")
+    res = run_task(repo, spec, state_dir=tmp_path / "state", agent=ReplayAgent([]), verifier=fakes.FakeVerifier(),
+                   should_stop=lambda: "time budget: 15.2 of 15 min used")
+    assert res.status == "refused" and res.reason.endswith("(not measured again: time budget: 15.2 of 15 min used)")
+    assert [c[0] for c in fakes.CALLS] == ["calibrate"]  # no longer calibration
