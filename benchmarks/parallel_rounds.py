@@ -163,6 +163,9 @@ def main() -> None:
                     print(f"{kind}, {n} agent(s) ...", flush=True)
                     rows.append(one(repo, tmp, kind, n, args.rounds, store, args.verify,
                                     fm.network_name if fm else ""))
+                    r = rows[-1]
+                    print(f"  -> {kind}, {n} agent(s): {r['judged']} judged in {r['wall']:.0f} s: "
+                          f"{r['per_hour']:.0f} candidates/hour ({r['status']})", flush=True)
             finally:
                 if fm is not None:
                     fm.__exit__(None, None, None)
