@@ -81,7 +81,7 @@ class Scripted:
 
     def for_worker(self, k: int, n: int):
         spec = self.spec.model_copy(update={"agent": self.spec.agent.model_copy(
-            update={"model": f"openai/mini-w{k}"})})
+            update={"model": f"openai/mini-n{n}-w{k}"})})
         agent = make_agent(spec)
         agent.environ = {"OPENAI_API_KEY": API_KEY}  # type: ignore[attr-defined]
         agent.upstream_networks = (self.network,)  # type: ignore[attr-defined]
@@ -91,11 +91,12 @@ class Scripted:
         return self.for_worker(0, 1).run(ctx)
 
 
-def scripts(workers: int, rounds: int, think_s: float) -> dict[str, list[dict]]:
+def scripts(counts: list[int], rounds: int, think_s: float) -> dict[str, list[dict]]:
+    """One script per configuration and worker (the server's cursor is per name)."""
     from tests.agents.scripts import FINISH, READ_TASK
 
     steps = [READ_TASK, {"bash": f"sleep {think_s:g}; {EDIT}"}, FINISH]
-    return {f"mini-w{k}": steps * rounds for k in range(workers)}
+    return {f"mini-n{n}-w{k}": steps * rounds for n in counts for k in range(n)}
 
 
 def one(repo: Path, tmp: Path, kind: str, n: int, rounds: int, store: RunnerStore, verify: str,
@@ -105,7 +106,8 @@ def one(repo: Path, tmp: Path, kind: str, n: int, rounds: int, store: RunnerStor
     agent = (ReplayAgent([PATCHES / p for p in DEFAULT_PATCHES][:rounds]) if kind == "replay"
              else Scripted(spec, network))
     times: dict[str, float] = {}
-    reused = []
+    reused: list[int] = []
+    verified: list[int] = []
 
     def on_event(ev) -> None:
         now = time.monotonic()
@@ -116,12 +118,14 @@ def one(repo: Path, tmp: Path, kind: str, n: int, rounds: int, store: RunnerStor
             print(f"    {tid}: {ev.message[:110]}", flush=True)
         if ev.kind == "progress" and "reusing" in ev.message:
             reused.append(1)
+        if ev.kind == "verifying":
+            verified.append(1)
 
     t0 = time.monotonic()
     res = run_task(repo, spec, state_dir=tmp / f"state-{tid}", keep="propose", agent=agent, rounds=rounds,
                    verifier=verify, on_event=on_event, store=store, agents=n)
     wall = times.get("last", time.monotonic()) - times.get("first", t0)
-    judged = [c for c in res.candidates if c.decision in ("accept", "review", "reject", "inconclusive")]
+    judged = verified  # measured by the verifier (not a no-change or policy reject)
     return {"kind": kind, "agents": n, "candidates": len(res.candidates), "judged": len(judged),
             "wall": wall, "per_hour": 3600 * len(judged) / wall if wall > 0 else 0.0,
             "reused": bool(reused), "status": res.status, "total": time.monotonic() - t0}
@@ -151,7 +155,7 @@ def main() -> None:
             if kind == "scripted":
                 from tests.fakemodel.fixture import HOST, PORT, FakeModel
 
-                fm = FakeModel(scripts(max(counts), args.rounds, args.think_s), api_key=API_KEY).__enter__()
+                fm = FakeModel(scripts(counts, args.rounds, args.think_s), api_key=API_KEY).__enter__()
                 host, port = HOST, PORT
             try:
                 cfg = repo / ".rsi" / "config.toml"
