@@ -156,6 +156,19 @@ def write_outputs(out: Path, store: Any, task: Any, records: list[Any]) -> list[
     return written
 
 
+DEFAULT_BUDGET_MIN = 15.0
+"""``rsi try``'s wall-time budget: no round starts that could not end within it."""
+
+
+def _budget_line(budget_min: float | None) -> str:
+    """The budget, said before anything is measured."""
+    if budget_min is None:
+        return "budget: none (--budget-min 0); every round runs"
+    return (f"budget: {budget_min:g} min of wall time (--budget-min): B0's calibration first "
+            "(reused when this runner measured the same B0 and benchmark before), then no round "
+            "starts that could not end within it; progress at least every 20 s")
+
+
 def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
@@ -164,10 +177,10 @@ def _write(path: Path, text: str) -> Path:
 
 def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: Sequence[Path] = (),
             rounds: int | None = None, verify: str | None = None, proposal: str | None = None,
-            task_id: str = "try") -> TryResult:
+            task_id: str = "try", budget_min: float | None = DEFAULT_BUDGET_MIN) -> TryResult:
     from bot.store import Store
     from harness.agents import make_agent
-    from harness.cli import StepLines, estimate
+    from harness.cli import Budget, StepLines, estimate
     from harness.ledger import Ledger
     from harness.loop import run_task
     from harness.spec import load_task
@@ -188,12 +201,14 @@ def run_try(repo: Path, out: Path, *, agent: str | None = None, patches: Sequenc
     steps.line(f"step 2/4: task {task_id}: {spec.verify.objective.metric} of "
                f"'{spec.benchmark_name}', min_gain {spec.min_gain:.1%}; agent {kind}; "
                f"{estimate(spec, n_rounds)}")
+    steps.line(_budget_line(budget_min))
     _python_on_path()
     agent_obj = make_agent(spec, kind, patches=[p.resolve() for p in patches] or None, repo=target)
     state_dir = out / "state"
     shutil.rmtree(state_dir, ignore_errors=True)
     result = run_task(target, spec, state_dir=state_dir, keep="propose", agent=agent_obj,
-                      rounds=n_rounds, on_event=steps, verifier=mode)
+                      rounds=n_rounds, on_event=steps, verifier=mode,
+                      should_stop=Budget(steps, budget_min))
     steps.line(f"step 3/4: the loop {result.status}: {result.reason}")
     records = Ledger(target).records(task=task_id)
     db = out / "task.sqlite"
@@ -221,13 +236,17 @@ def try_cmd(
     verify: str | None = typer.Option(None, "--verify", help="sandbox (Docker; default) | inprocess: runs the candidate ON THIS HOST, outside any container (only for code you trust; $RSI_VERIFY_MODE never chooses it)."),
     task: Path | None = typer.Option(None, "--task", exists=True, dir_okay=False, help="A proposal (an issue body) to merge into the config."),
     open_page: bool = typer.Option(False, "--open", help="Open the task page in a browser."),
+    budget_min: float = typer.Option(DEFAULT_BUDGET_MIN, "--budget-min", min=0,
+                                     help="Wall-time budget in minutes: no round starts that could "
+                                     "not end within it (0: no budget)."),
 ) -> None:
     """Run a labelled issue's whole flow locally and write what GitHub would show."""
     from harness.spec import SpecError
 
     try:
         res = run_try(repo, out, agent=agent, patches=patch, rounds=rounds, verify=verify,
-                      proposal=task.read_text() if task else None)
+                      proposal=task.read_text() if task else None,
+                      budget_min=budget_min or None)
     except SpecError as exc:
         typer.echo(f"{len(exc.errors)} problem(s) in the config or proposal:", err=True)
         for e in exc.errors:

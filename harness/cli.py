@@ -180,33 +180,108 @@ def _run_task(run_task, *args, **kw):
 
 class StepLines:
     """Progress for a pipe or a CI log: one line per loop event with the elapsed
-    time; once B0's calibration has timed the benchmark, the time the rest can
-    take at most, in minutes."""
+    time, and never a long silence: the loop's own phase lines (calibration, its
+    refusal, a longer retry, a reused calibration, a wait for the measuring lane)
+    and, while the verifier measures, a line with its run count at least every
+    ``every_s`` seconds. Once runs have been timed (B0's calibration, or the
+    first verification's first runs when the calibration was reused), the time
+    the rest can take at most, in minutes."""
 
     def __init__(self, spec: TaskSpec | None, rounds: int,
-                 echo: Callable[[str], object] | None = None):
+                 echo: Callable[[str], object] | None = None, every_s: float = 20.0):
         """``spec`` may come later (set ``.spec`` before the first event)."""
         import time
 
         self.clock, self.t0, self.spec, self.rounds = time.monotonic, time.monotonic(), spec, rounds
         self.echo: Callable[[str], object] = echo or (lambda text: print(text, flush=True))
+        self.every_s = every_s
         self.timed = False
+        self.last = self.t0
+        self.run_gaps: list[float] = []
+        """Seconds between one verifier run's end and the next's, within a session."""
+        self.run_at: float | None = None
+        self.runs_seen = 0
+        self.agent_s = 0.0
+        """The longest agent round so far."""
 
     def line(self, text: str) -> None:
-        self.echo(f"[{self.clock() - self.t0:6.1f}s] {text}")
+        self.last = self.clock()
+        self.echo(f"[{self.last - self.t0:6.1f}s] {text}")
+
+    @property
+    def per_run_s(self) -> float | None:
+        """Seconds per benchmark run: the median gap between runs timed so far
+        (None before 3)."""
+        import statistics
+
+        return statistics.median(self.run_gaps) if len(self.run_gaps) >= 3 else None
+
+    def worst_round_s(self) -> float | None:
+        """The longest a round can take now: its agent (the longest so far) and a
+        verification of three arms to the last look."""
+        per = self.per_run_s
+        if per is None or self.spec is None:
+            return None
+        v = self.spec.verify.verifier
+        return self.agent_s + per * 3 * (v.max_pairs + v.warmup)
+
+    def _run_progress(self, ev) -> None:
+        if ev.run == self.runs_seen + 1 and self.run_at is not None:
+            self.run_gaps.append(self.clock() - self.run_at)
+        if ev.run != self.runs_seen:
+            self.run_at = self.clock()
+            self.runs_seen = ev.run
+        if self.clock() - self.last >= self.every_s:
+            who = f"#{ev.candidate} " if ev.candidate is not None else ""
+            what = "calibration" if ev.candidate is None and ev.round is None else f"{who}verification"
+            pairs = f", {ev.pairs} pair(s)" if ev.pairs else ""
+            self.line(f"[progress] {what}: {ev.phase} run {ev.run}/{ev.total}{pairs}")
+
+    def _estimate(self) -> None:
+        per = self.per_run_s
+        if self.timed or self.spec is None or per is None:
+            return
+        self.timed = True
+        v = self.spec.verify.verifier
+        typical = per * 2 * (v.initial_pairs + v.warmup) * self.rounds / 60
+        most = per * 2 * (v.max_pairs + v.warmup) * self.rounds / 60
+        self.line(f"[estimate] ~{per:.1f} s per benchmark run; the {self.rounds} round(s) "
+                  f"take ~{typical:.1f} min, at most ~{most:.1f} min (plus the agent's time)")
 
     def __call__(self, ev) -> None:
         if ev.kind == "progress":
+            if ev.run is None:  # the loop's own phase line: always said
+                self.line(f"[{ev.phase or 'progress'}] {ev.message}")
+            else:
+                self._run_progress(ev)
+                if self.runs_seen and self.per_run_s is not None and ev.candidate is not None:
+                    self._estimate()  # a reused calibration timed nothing: the first candidate's runs do
             return
+        if ev.kind == "agent_finished":
+            self.agent_s = max(self.agent_s, float(getattr(ev, "duration_s", 0.0) or 0.0))
         self.line(f"[{ev.kind}] {ev.message}")
-        if ev.kind == "baseline" and not self.timed and self.spec is not None:
-            self.timed = True
-            v = self.spec.verify.verifier
-            per_run = (self.clock() - self.t0) / max(1, 2 * v.calibration_pairs)
-            typical = per_run * 2 * (v.initial_pairs + v.warmup) * self.rounds / 60
-            most = per_run * 2 * (v.max_pairs + v.warmup) * self.rounds / 60
-            self.line(f"[estimate] ~{per_run:.1f} s per benchmark run; the {self.rounds} round(s) "
-                      f"take ~{typical:.1f} min, at most ~{most:.1f} min (plus the agent's time)")
+        if ev.kind == "baseline":
+            self._estimate()
+
+
+class Budget:
+    """A wall-time budget for a whole task: before each round, stop when the
+    round could not end within it (``StepLines.worst_round_s``); for
+    ``run_task``'s ``should_stop``, which takes the returned text as the reason."""
+
+    def __init__(self, steps: StepLines, minutes: float | None):
+        self.steps, self.minutes = steps, minutes
+
+    def __call__(self) -> str | bool:
+        if self.minutes is None:
+            return False
+        elapsed = self.steps.clock() - self.steps.t0
+        worst = self.steps.worst_round_s() or 0.0
+        if elapsed + worst > self.minutes * 60:
+            return (f"time budget: {elapsed / 60:.1f} of {self.minutes:g} min used, and a round can take "
+                    f"~{worst / 60:.1f} min (its agent and three arms to the last look); raise it with "
+                    "--budget-min")
+        return False
 
 
 def _interactive() -> bool:
@@ -390,6 +465,8 @@ def run_cmd(
     verify: str | None = typer.Option(None, "--verify", help="sandbox (default) | inprocess"),
     task_id: str | None = typer.Option(None, "--task-id", help="Default: the task file's name, or 'local'."),
     quiet: bool = typer.Option(False, "--quiet", help="Plain event lines instead of the progress display."),
+    agents: int = typer.Option(1, "--agents", min=1, help="Agents working at once, each in its own sandbox; "
+                               "candidates are still measured one at a time on this runner."),
 ) -> None:
     """Run the loop on a local repository; rerun to resume after a kill."""
     from rich.console import Console
@@ -425,7 +502,7 @@ def run_cmd(
         steps.line(f"{tid}: {estimate(spec, rounds_total)}")
 
         result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
-                          on_event=steps, verifier=verify)
+                          on_event=steps, verifier=verify, agents=agents)
     else:
         from rich.progress import (
             BarColumn,
@@ -457,7 +534,7 @@ def run_cmd(
                 progress.update(bar, description=f"{tid}: {ev.kind}")
 
             result = _run_task(run_task, repo, spec, state_dir=state_dir, keep=keep, agent=agent_obj or agent, rounds=rounds,
-                              on_event=on_event, verifier=verify)
+                              on_event=on_event, verifier=verify, agents=agents)
     from rich.table import Table
 
     table = Table(title=f"{tid}: {result.status} ({result.reason})")

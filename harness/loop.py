@@ -33,9 +33,11 @@ candidate on top of it; ``reverify(branch)`` re-judges one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -48,6 +50,7 @@ from harness.agents import Agent, AgentContext, AgentOutcome, make_agent
 from harness.agents.base import host_dir, write_host_file
 from harness.agents.taskmd import load_template, write_task_md
 from harness.agents.usage import budget_spent, round_usage
+from harness.calcache import CalibrationKey, RunnerStore
 from harness.events import (
     AgentFinished,
     BaselineMeasured,
@@ -68,6 +71,7 @@ from harness.events import (
 )
 from harness.gitutil import GitError, git, git_ok, rev_parse
 from harness.ledger import CandidateStatus, Ledger, LedgerRecord, Usage
+from harness.parallel import run_parallel
 from harness.policy import PolicyResult, check_diff
 from harness.spec import TaskSpec
 from harness.verification import VerifierBackend, calibration_ok, error_verdict, make_backend
@@ -126,6 +130,9 @@ class InProgress(BaseModel):
     verdict: Verdict | None = None
     patch_id: str = ""
     left_out: list[str] = Field(default_factory=list)
+    slot: str = ""
+    """Whose agent state the round starts from and updates (``agent_state``'s
+    key): the agent's name, or ``name@k`` for the k-th of parallel agents."""
 
 
 class LoopState(BaseModel):
@@ -145,6 +152,9 @@ class LoopState(BaseModel):
     agent_state: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Each agent's own state, by agent name (a task may use several agents in turn)."""
     in_progress: InProgress | None = None
+    in_flight: list[InProgress] = Field(default_factory=list)
+    """With parallel agents (``run_task(agents=N)``): every round started and not
+    yet recorded, in candidate order (``in_progress`` stays None)."""
     candidates: list[LoopCandidate] = Field(default_factory=list)
     bk_history: list[dict[str, Any]] = Field(default_factory=list)
     """Every Bk of the task: {sha, at, via} (via: b0 | candidate n | rebaseline)."""
@@ -221,8 +231,15 @@ class _Loop:
         state_dir: Path,
         backend: VerifierBackend,
         on_event: Callable[[LoopEvent], None] | None,
+        store: RunnerStore | None = None,
     ):
         self.repo = Path(repo).resolve()
+        self.store = store
+        self.mutex = threading.RLock()
+        """With parallel agents: held by a worker for everything but its agent's
+        run, its wait for the measuring lane and the measurement itself."""
+        self.parallel = False
+        self._emit_lock = threading.Lock()
         self.spec = spec
         self.state_dir = Path(state_dir).resolve()
         self.ws = Workspace(self.repo, self.state_dir / "worktrees")
@@ -236,7 +253,8 @@ class _Loop:
         if self.on_event is None:
             return
         try:
-            self.on_event(event(task_id=self.spec.task_id, message=message, **kw))
+            with self._emit_lock:
+                self.on_event(event(task_id=self.spec.task_id, message=message, **kw))
         except Exception:  # noqa: BLE001 - a broken watcher must not stop the loop
             log.exception("on_event failed for a %s event", event.__name__)
 
@@ -253,22 +271,120 @@ class _Loop:
         """The verdict on fresh exports of ``shas`` (bk, candidate, b0), made
         for this call and removed after it: never a tree an agent touched."""
         refs = {"bk": shas["bk"], "candidate": shas["candidate"], "b0": shas["b0"] if with_b0 else None}
-        with self.ws.exports(f"verify-{key}", refs) as d:
+        with self.lane_unlocked(), self.ws.exports(f"verify-{key}", refs) as d, self.unlocked():
             return self.backend.verify(d["bk"], d["candidate"], self.spec, b0=d.get("b0"), shas=shas,
                                        calibration=calibration, progress=progress)
 
+    @contextlib.contextmanager
+    def unlocked(self):
+        """With parallel agents, let the others work meanwhile (this worker holds
+        ``mutex`` once); a no-op otherwise."""
+        if not self.parallel:
+            yield
+            return
+        self.mutex.release()
+        try:
+            yield
+        finally:
+            self.mutex.acquire()
+
+    @contextlib.contextmanager
+    def lane_unlocked(self):
+        """The measuring lane, waited for without holding ``mutex``; this
+        process's own when the runner's store cannot be used (said once)."""
+        cm = self.lane()
+        with self.unlocked():
+            try:
+                cm.__enter__()
+            except OSError as exc:
+                log.warning("the runner's measuring lane is unusable (%s): this process's own instead", exc)
+                cm = _process_lane(lambda: None)
+                cm.__enter__()
+        try:
+            yield
+        finally:
+            cm.__exit__(None, None, None)
+
+    def lane(self):
+        """The runner's one measuring lane (``RunnerStore.lane``; without a store,
+        this process's): every calibration and verification holds it."""
+        def waiting() -> None:
+            self.emit(Progress, "waiting for the runner's measuring lane (another verification is measuring)",
+                      phase="lane")
+
+        return (self.store.lane(on_wait=waiting) if self.store is not None
+                else _process_lane(waiting))
+
+    def calibration_key(self, sha: str, spec: TaskSpec) -> CalibrationKey | None:
+        """What a calibration of ``sha`` under ``spec`` measures, or None when
+        it cannot be kept (no store; a backend that does not say where it measures)."""
+        where = getattr(self.backend, "measures_where", None)
+        if self.store is None or where is None:
+            return None
+        try:
+            tree = git(self.repo, "rev-parse", f"{sha}^{{tree}}")
+            return CalibrationKey.of(spec, tree, where(spec))
+        except Exception:  # noqa: BLE001 - no key: measured as without a store
+            log.warning("no calibration key for %s", sha[:12], exc_info=True)
+            return None
+
+    def reuse_calibration(self, sha: str, what: str) -> Calibration | None:
+        """A stored calibration of ``sha`` (this task's pairs, then the longer
+        retry's) that this task may use: comparable machine, young enough,
+        feasible at ``min_gain``; said in a progress line with the time saved."""
+        if self.store is None:
+            return None
+        pairs = self.spec.verify.verifier.calibration_pairs
+        for spec in (self.spec, with_calibration_pairs(self.spec, 2 * pairs)):
+            key = self.calibration_key(sha, spec)
+            try:
+                hit = self.store.get(key) if key is not None else None
+            except OSError:
+                log.warning("the runner's calibration store is unreadable", exc_info=True)
+                return None
+            if key is None or hit is None or not calibration_ok(hit.calibration, self.spec.min_gain)[0]:
+                continue
+            with contextlib.suppress(OSError):
+                self.store.note_hit(key, hit, what)
+            self.emit(Progress, f"reusing {what}'s calibration from {_ago(hit.age_s)} on this runner (same "
+                      f"machine, tree and benchmark config; {hit.calibration.pairs} A/A pairs): "
+                      f"{hit.measured_s:.0f} s of measuring saved; every look still checks it against "
+                      "the pairs' own noise", phase="calibrate")
+            return hit.calibration
+        return None
+
     def calibrate(self, key: str, sha: str, spec: TaskSpec | None = None) -> Calibration:
-        with self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d:
-            return self.backend.calibrate(d["ref"], spec or self.spec, progress=self.progress())
+        spec = spec or self.spec
+        store_key = self.calibration_key(sha, spec)
+        with self.lane_unlocked(), self.ws.exports(f"calibrate-{key}", {"ref": sha}) as d, self.unlocked():
+            t0 = time.monotonic()
+            cal = self.backend.calibrate(d["ref"], spec, progress=self.progress())
+            took = time.monotonic() - t0
+        if store_key is not None and self.store is not None and isinstance(cal, Calibration):
+            try:
+                self.store.put(store_key, cal, took)
+            except OSError:
+                log.warning("could not keep the calibration in the runner's store", exc_info=True)
+        return cal
 
     def save(self, st: LoopState) -> None:
         save_state(self.state_dir, st)
 
     # -- B0 ------------------------------------------------------------
-    def baseline(self, st: LoopState) -> bool:
+    def baseline(self, st: LoopState, should_stop: Callable[[], bool | str] = lambda: False) -> bool:
         if st.calibration is not None:
             return True
-        self.emit(Progress, f"measuring B0 {st.b0_sha[:12]} (calibration)", phase="calibrate")
+        reused = self.reuse_calibration(st.b0_sha, "B0")
+        if reused is not None:
+            st.calibration = reused
+            self.save(st)
+            ok, message = calibration_ok(reused, self.spec.min_gain)
+            self.emit(BaselineMeasured, f"B0 {st.b0_sha[:12]} measured (calibration reused): {message}",
+                      sha=st.b0_sha, calibration=reused)
+            return True
+        v = self.spec.verify.verifier
+        self.emit(Progress, f"measuring B0 {st.b0_sha[:12]} (calibration: {v.calibration_pairs} A/A pairs, "
+                  f"{2 * (v.calibration_pairs + v.warmup)} benchmark runs)", phase="calibrate")
         try:
             cal = self.calibrate("b0", st.b0_sha)
         except Exception as exc:  # noqa: BLE001 - a failed calibration refuses the task, with the reason
@@ -277,7 +393,10 @@ class _Loop:
             self.emit(Refused, st.reason)
             return False
         ok, message = calibration_ok(cal, self.spec.min_gain)
-        if not ok and getattr(cal, "error", None) is None:
+        why = should_stop() if not ok and getattr(cal, "error", None) is None else False
+        if why:  # a stop, or a time budget a longer calibration would not fit in: refused as it stands
+            message += f" (not measured again: {why if isinstance(why, str) else 'stopped on request'})"
+        elif not ok and getattr(cal, "error", None) is None:
             # too noisy: one busy moment (another job starting) must not refuse the task,
             # and a longer A/A series is simply more evidence: B0 is measured once more
             # with twice the pairs, and that calibration stands, whatever it says
@@ -362,7 +481,8 @@ class _Loop:
         )
         t0 = time.monotonic()
         try:
-            outcome = agent.run(ctx)
+            with self.unlocked():
+                outcome = agent.run(ctx)
         except Exception as exc:  # noqa: BLE001 - an agent crash is an error candidate
             outcome = AgentOutcome(error=f"agent {agent.name} raised {type(exc).__name__}: {exc}")
         outcome.duration_s = outcome.duration_s or (time.monotonic() - t0)
@@ -372,7 +492,7 @@ class _Loop:
         if outcome.log:
             write_host_file(io_dir / "agent.log", outcome.log)
         if outcome.done and not taken.sha and not outcome.error:
-            st.in_progress = None
+            self.finish(st, ip)
             st.status, st.reason = "exhausted", outcome.hypothesis or f"{agent.name} has nothing left to try"
             self.ws.remove(name)
             self.save(st)
@@ -434,6 +554,49 @@ class _Loop:
             ip.decision, ip.reason = "error", outcome.error
         elif not taken.sha:
             ip.decision, ip.reason = "reject", "the agent made no change"
+
+    def new_round(self, st: LoopState, *, round_: int, n: int, agent: str, slot: str) -> InProgress:
+        """A parallel worker's new round on the current Bk, in ``in_flight`` (saved)."""
+        ip = InProgress(round=round_, n=n, agent=agent, slot=slot, base_sha=st.bk_sha,
+                        agent_state_before=copy.deepcopy(st.agent_state.get(slot, {})))
+        st.in_flight.append(ip)
+        self.save(st)
+        return ip
+
+    def finish(self, st: LoopState, ip: InProgress) -> None:
+        """``ip`` is no longer in progress (recorded, or its agent had nothing left)."""
+        if st.in_progress is ip:
+            st.in_progress = None
+        st.in_flight = [x for x in st.in_flight if x is not ip]
+
+    def onto_bk(self, st: LoopState, ip: InProgress) -> None:
+        """A candidate made on an older Bk (parallel agents; Bk advanced by a
+        kept one meanwhile) moved onto the current Bk before it is judged: its
+        commit cherry-picked there (its branch follows); one that no longer
+        applies, or whose change Bk already has, is rejected with the reason."""
+        if ip.stage != "verify" or ip.base_sha == st.bk_sha:
+            return
+        bk, name = st.bk_sha, f"onto-bk-{ip.n}"
+        wt = self.ws.checkout(name, bk)
+        try:
+            git(wt, "cherry-pick", "--allow-empty", ip.sha)
+            new_sha = git(wt, "rev-parse", "HEAD")
+        except GitError as exc:
+            git_ok(wt, "cherry-pick", "--abort")
+            ip.decision, ip.stage = "reject", "record"
+            ip.reason = (f"does not apply on the current Bk {bk[:12]} (kept while this candidate was made): "
+                         f"{exc.stderr.strip()[-300:]}")
+            return
+        finally:
+            self.ws.remove_worktree(name)
+        if not git(self.repo, "diff", "--name-only", bk, new_sha).strip():
+            ip.decision, ip.stage = "reject", "record"
+            ip.reason = f"its change is already in the current Bk {bk[:12]}"
+            return
+        git(self.repo, "update-ref", f"refs/heads/{ip.branch}", new_sha)
+        ip.sha, ip.base_sha = new_sha, bk
+        ip.patch_id = self.ws.patch_id(bk, new_sha)
+        self.save(st)
 
     def verify_stage(self, st: LoopState, ip: InProgress) -> None:
         shas = {"b0": st.b0_sha, "bk": ip.base_sha, "candidate": ip.sha}
@@ -511,10 +674,10 @@ class _Loop:
         if outcome.usage is not None:
             st.spent = st.spent.plus(outcome.usage)
         if ip.agent_state_after is not None:
-            st.agent_state[ip.agent or agent.name] = ip.agent_state_after
-        st.rounds_done = ip.round
-        st.next_n = ip.n + 1
-        st.in_progress = None
+            st.agent_state[ip.slot or ip.agent or agent.name] = ip.agent_state_after
+        st.rounds_done = max(st.rounds_done, ip.round)
+        st.next_n = max(st.next_n, ip.n + 1)
+        self.finish(st, ip)
         self.save(st)
         self.ws.remove(f"cand-{ip.n}")
         gain = f" ({record.gain * 100:+.1f}%)" if record.gain is not None else ""
@@ -540,6 +703,35 @@ def with_calibration_pairs(spec: TaskSpec, pairs: int) -> TaskSpec:
     config = copy.deepcopy(spec.config)
     config.setdefault("verifier", {})["calibration_pairs"] = pairs
     return spec.model_copy(update={"verify": verify, "config": config})
+
+
+_LANE = threading.Lock()
+
+
+def _store(store: RunnerStore | None | Literal["default"]) -> RunnerStore | None:
+    return RunnerStore.default() if isinstance(store, str) else store
+
+
+@contextlib.contextmanager
+def _process_lane(on_wait: Callable[[], None]):
+    """This process's measuring lane, for a loop without a runner store."""
+    if not _LANE.acquire(blocking=False):
+        on_wait()
+        _LANE.acquire()
+    try:
+        yield
+    finally:
+        _LANE.release()
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86400:.1f} days ago"
 
 
 def _now() -> str:
@@ -571,10 +763,12 @@ def run_task(
     keep: Literal["advance", "propose"] | None = None,
     agent: Agent | str | None = None,
     rounds: int | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], bool | str] = lambda: False,
     on_event: Callable[[LoopEvent], None] | None = None,
     verifier: VerifierBackend | str | None = None,
     base_ref: str | None = None,
+    store: RunnerStore | None | Literal["default"] = "default",
+    agents: int = 1,
 ) -> TaskResult:
     """Run the loop on ``repo`` until the budget, a stop, N straight
     rejections or an exhausted agent. Resumable: call it again with the same
@@ -583,7 +777,10 @@ def run_task(
     ``keep`` defaults to ``[agent] keep``; ``agent`` to ``[agent] kind``;
     ``rounds`` (the task's total budget) to ``[agent] rounds``; ``verifier``
     to ``$RSI_VERIFY_MODE`` or ``sandbox``; ``base_ref`` (B0) to the default
-    branch."""
+    branch; ``store`` (kept calibrations, the measuring lane) to the runner's
+    (``harness.calcache.default_root``), None for neither; ``agents``: how many
+    agents work at once (``harness.parallel``: one measuring lane, the ledger in
+    candidate order)."""
     from harness.gitutil import default_branch
 
     repo = Path(repo).resolve()
@@ -591,7 +788,7 @@ def run_task(
     backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
     agent_obj = agent if (agent is not None and not isinstance(agent, str)) else make_agent(spec, agent, repo=repo)
     rounds_total = rounds or spec.agent.rounds
-    loop = _Loop(repo, spec, state_dir, backend, on_event)
+    loop = _Loop(repo, spec, state_dir, backend, on_event, _store(store))
 
     st = load_state(state_dir)
     if st is not None and st.task_id != spec.task_id:
@@ -629,9 +826,13 @@ def run_task(
         )
 
     st.budget = {"max_tokens": spec.agent.max_tokens, "max_cost_usd": spec.agent.max_cost_usd}
-    if not loop.baseline(st):
+    if not loop.baseline(st, should_stop):
         return _result(st)
 
+    if agents < 1:
+        raise ValueError(f"agents must be 1 or more, not {agents}")
+    if agents > 1 or st.in_flight:
+        return _run_parallel(loop, st, agent_obj, rounds_total, agents, should_stop)
     limit = spec.agent.max_straight_rejections
     while True:
         if st.in_progress is None:
@@ -641,8 +842,8 @@ def run_task(
             if (spent := budget_spent(spec.agent, st.spent)) is not None:
                 st.status, st.reason = "finished", spent
                 break
-            if should_stop():
-                st.status, st.reason = "stopped", "stopped on request"
+            if why := should_stop():
+                st.status, st.reason = "stopped", why if isinstance(why, str) else "stopped on request"
                 loop.save(st)
                 loop.emit(Stopped, st.reason)
                 return _result(st)
@@ -663,6 +864,26 @@ def run_task(
         gain_vs_b0=res.gain_vs_b0,
         rounds=st.rounds_done,
     )
+    return res
+
+
+def _run_parallel(loop: _Loop, st: LoopState, agent: Agent, rounds_total: int, agents: int,
+                  should_stop: Callable[[], bool | str]) -> TaskResult:
+    """``run_task``'s rounds with several agents at once (``harness.parallel``)."""
+    if st.in_progress is not None:  # a round a one-agent run left: finished first, alone
+        loop.round(st, agent, rounds_total)
+    out = run_parallel(loop, st, agent, rounds_total, agents, should_stop)
+    if out.errors:
+        loop.save(st)
+        raise out.errors[0]
+    st.status, st.reason = out.status, out.reason  # type: ignore[assignment]
+    loop.save(st)
+    if out.kind:
+        loop.emit(Stopped if out.kind == "stopped" else Paused, st.reason)
+        return _result(st)
+    res = _result(st)
+    loop.emit(Finished, f"{loop.spec.task_id} {st.status}: {st.reason}; {len(res.kept)} kept, {len(res.open)} open",
+              sha=st.bk_sha, status=st.status, gain_vs_b0=res.gain_vs_b0, rounds=st.rounds_done)
     return res
 
 
@@ -691,6 +912,7 @@ def rebaseline(
     state_dir: Path,
     on_event: Callable[[LoopEvent], None] | None = None,
     verifier: VerifierBackend | str | None = None,
+    store: RunnerStore | None | Literal["default"] = "default",
 ) -> RebaselineResult:
     """Measure ``ref`` (e.g. a merge commit) as the new Bk and re-verify every
     open candidate on top of it: each is cherry-picked onto the new Bk (its
@@ -698,7 +920,7 @@ def rebaseline(
     ``conflict`` (reported, branch left as it was); else judged again."""
     repo = Path(repo).resolve()
     backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
-    loop = _Loop(repo, spec, Path(state_dir), backend, on_event)
+    loop = _Loop(repo, spec, Path(state_dir), backend, on_event, _store(store))
     st = _require_state(loop.state_dir)
     new_bk = rev_parse(repo, ref)
     if new_bk is None:
@@ -710,7 +932,7 @@ def rebaseline(
     loop.save(st)
     cal = None
     try:
-        cal = loop.calibrate("bk", new_bk)
+        cal = loop.reuse_calibration(new_bk, "the new Bk") or loop.calibrate("bk", new_bk)
     except Exception as exc:  # noqa: BLE001 - reported; re-verification still runs with B0's calibration
         loop.emit(Progress, f"could not calibrate the new Bk: {exc}")
     loop.emit(
@@ -810,11 +1032,12 @@ def reverify(
     state_dir: Path,
     verifier: VerifierBackend | str | None = None,
     on_event: Callable[[LoopEvent], None] | None = None,
+    store: RunnerStore | None | Literal["default"] = "default",
 ) -> Verdict:
     """Judge the tip of ``branch`` again against the task's current Bk and B0."""
     repo = Path(repo).resolve()
     backend = verifier if (verifier is not None and not isinstance(verifier, str)) else make_backend(verifier)
-    loop = _Loop(repo, spec, Path(state_dir), backend, on_event)
+    loop = _Loop(repo, spec, Path(state_dir), backend, on_event, _store(store))
     st = _require_state(loop.state_dir)
     sha = rev_parse(repo, f"refs/heads/{branch}") or rev_parse(repo, branch)
     if sha is None:

@@ -103,6 +103,11 @@ def _progress_adapter(progress: Progress | None):
 class InProcessVerifier:
     name = "inprocess"
 
+    def measures_where(self, spec: TaskSpec) -> dict[str, Any]:
+        """Where its runs run, for a kept calibration's key (``harness.calcache``):
+        fresh processes of this interpreter."""
+        return {"backend": self.name, "python": sys.executable}
+
     def calibrate(self, ref: Path, spec: TaskSpec, *, progress: Progress | None = None) -> Calibration:
         from verifier.calibrate import calibrate
 
@@ -296,6 +301,19 @@ class SandboxVerifier:
         self.environ = environ if environ is not None else dict(os.environ)
         self.python = python
         self.last: VerifierRun | None = None
+
+    def measures_where(self, spec: TaskSpec) -> dict[str, Any]:
+        """Where its runs run, for a kept calibration's key (``harness.calcache``):
+        the isolation spec (image, limits, devices, mounts) and the image's id, so
+        a rebuilt image is measured again."""
+        iso = isolation_spec(spec)
+        image_id = ""
+        try:
+            image_id = sandbox.docker_client().images.get(iso["image"]).id
+        except Exception:  # noqa: BLE001 - no engine here: the tag alone (the runs will say why)
+            pass
+        return {"backend": self.name, "python": self.python or sys.executable, "isolation": iso,
+                "image_id": image_id}
 
     def _timeout(self, spec: TaskSpec, calibrate: bool) -> float:
         v = spec.verify.verifier

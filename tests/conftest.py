@@ -152,3 +152,11 @@ def fixtures_dir() -> Path:
         if (candidate / "github-webhooks").is_dir():
             return candidate
     pytest.fail("webhook fixtures not found: expected ../shared/fixtures/github-webhooks")
+
+
+@pytest.fixture(autouse=True)
+def _own_runner_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own runner store (harness.calcache: kept calibrations, the
+    measuring lane), inherited by the commands it starts: no test reuses another's
+    calibration or waits on another xdist worker's measuring lane."""
+    monkeypatch.setenv("RSI_RUNNER_DIR", str(tmp_path_factory.mktemp("runner")))

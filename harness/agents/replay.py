@@ -41,6 +41,11 @@ class ReplayAgent:
     def __init__(self, patches: list[Path | str]):
         self.patches = [Path(p) for p in patches]
 
+    def for_worker(self, k: int, n: int) -> ReplayAgent:
+        """Worker ``k``'s share of ``n`` parallel agents: patches k, k+n, ...
+        (``harness.parallel``), so no patch is replayed twice."""
+        return ReplayAgent(list[Path | str](self.patches[k::n]))
+
     def run(self, ctx: AgentContext) -> AgentOutcome:
         t0 = time.monotonic()
         i = int(ctx.state.get("next", 0))

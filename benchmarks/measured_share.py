@@ -1,0 +1,107 @@
+"""The share of a verification's wall time spent in measured windows (issue 33, item 1).
+
+A verification's runs, as the judge makes them (``verifier.measure.Session``:
+setup, warm-up, ABBA pairs of two arms, every run on a fresh export, a serving
+run = the candidate's server started, made ready, then the protected client),
+on two serving fixtures:
+
+* ``slowstart``: benchmarks/fixtures/slowstart, a server that loads for 20 s
+  (``--load-s``) before it answers, then 16 requests;
+* ``tiny-tts``: the demo's target (examples/tiny-tts), with its hidden seed.
+
+Both arms are the same checkout (the runs' cost does not depend on the
+verdict). Per fixture: the runs, the verification's wall time, the time in
+measured windows (each measured run's ``wall_s``: the client's load window),
+its share, and the time spent starting servers (``startup_s``).
+
+    .venv/bin/python benchmarks/measured_share.py [--fixtures slowstart,tiny-tts] [--pairs 6]
+        [--load-s 20] [--isolation process|container]
+
+Targets (issue 33): >= 70% on slowstart and >= 60% on tiny-tts once several
+client runs share one server start; today every run starts its own server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from verifier.config import VerifyConfig  # noqa: E402
+from verifier.isolation import from_options  # noqa: E402
+from verifier.measure import Session, hidden_env  # noqa: E402
+
+FIXTURES = {"slowstart": ROOT / "benchmarks" / "fixtures" / "slowstart",
+            "tiny-tts": ROOT / "examples" / "tiny-tts"}
+
+
+def measure(name: str, pairs: int, load_s: float, isolation: str, tmp: Path) -> dict:
+    src = tmp / name
+    shutil.copytree(FIXTURES[name], src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    text = (src / ".rsi" / "config.toml").read_text()
+    if name == "slowstart":
+        text = text.replace("--load-s 20", f"--load-s {load_s:g}")
+    config = VerifyConfig.from_toml(text)
+    bench = config.benchmark(config.objective.benchmark)
+    if bench.matrix is not None:
+        bench = bench.model_copy(update={"matrix": None})
+    v = config.verifier
+    seed_env = config.hidden.seed_env
+    if seed_env and not os.environ.get(seed_env):
+        os.environ[seed_env] = str(secrets.randbelow(2**31))
+    env, drop = hidden_env(config)
+    windows: list[float] = []
+    starts: list[float] = []
+
+    def on_run(arm, rec, index) -> None:
+        windows.append(rec.wall_s)
+        starts.append(rec.startup_s or 0.0)
+
+    iso = from_options(isolation) if isolation != "process" else None
+    t0 = time.monotonic()
+    with Session(bench, {"a": src, "b": src}, seed=None, extra_env=env, drop_env=drop, on_run=on_run,
+                 isolation=iso, base_checkout=src) as s:
+        err = s.setup() or s.warmup(v.warmup) or s.add_pairs(pairs)
+        runs = s.runs
+    wall = time.monotonic() - t0
+    if err is not None:
+        raise SystemExit(f"{name}: {err.message}\n{err.stderr_tail[-2000:]}")
+    return {"fixture": name, "runs": runs, "measured_runs": len(windows), "wall": wall,
+            "measured": sum(windows), "startup": sum(starts),
+            "share": sum(windows) / wall if wall else 0.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fixtures", default="slowstart,tiny-tts")
+    ap.add_argument("--pairs", type=int, default=6, help="ABBA pairs (a verification stops at 6 or more)")
+    ap.add_argument("--load-s", type=float, default=20.0, help="slowstart's model load")
+    ap.add_argument("--isolation", default="process", help="process | container")
+    args = ap.parse_args()
+    bindir = str(Path(sys.executable).parent)
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rsi-share-") as tmp:
+        for name in args.fixtures.split(","):
+            print(f"{name} ...", flush=True)
+            rows.append(measure(name, args.pairs, args.load_s, args.isolation, Path(tmp)))
+    print()
+    print(f"measured share of a verification's wall time: {args.pairs} pairs + warm-up, "
+          f"--isolation {args.isolation}, load {os.getloadavg()[0]:.1f} at the end")
+    print("| fixture | runs (measured) | wall | in measured windows | share | starting servers |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['fixture']} | {r['runs']} ({r['measured_runs']}) | {r['wall']:.0f} s | "
+              f"{r['measured']:.0f} s | {r['share']:.0%} | {r['startup']:.0f} s |")
+
+
+if __name__ == "__main__":
+    main()
