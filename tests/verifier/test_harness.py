@@ -247,7 +247,8 @@ def test_in_a_container_a_rewrite_by_a_process_the_candidate_left_is_an_error(tm
     """In the run's container: the entry point works (the harness's text, not
     the checkout's), and a detached process the candidate started that rewrites
     /rsi/run/result.json after the timer wrote it makes the run an error."""
-    from tests.conftest import BASE_IMAGE, docker_unavailable_reason
+    from tests.conftest import docker_unavailable_reason
+    from tests.images import runtime_image
     from verifier.isolation import ContainerIsolation, IsolationSpec
 
     why = docker_unavailable_reason()
@@ -255,7 +256,7 @@ def test_in_a_container_a_rewrite_by_a_process_the_candidate_left_is_an_error(tm
         if os.environ.get("RSI_REQUIRE_DOCKER") == "1":
             pytest.fail(f"docker required but unavailable: {why}")
         pytest.skip(why)
-    iso = ContainerIsolation(IsolationSpec.simple(BASE_IMAGE, cpus=1, memory="1g"))
+    iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
     try:
         rec = _run(tmp_path / "ok", "def generate(p):\n    return p[::-1]\n", isolation=iso)
         assert rec.ok, (rec.error, rec.stderr_tail)
