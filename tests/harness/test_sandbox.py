@@ -288,9 +288,20 @@ def model_api(tmp_path):
 
 
 @pytest.mark.docker
-def test_agent_reaches_only_its_allowed_hosts(model_api):
+def test_agent_reaches_only_its_allowed_hosts(model_api, monkeypatch):
     import json
 
+    from harness import egress
+
+    made = []  # this run's agent network (other tests' may exist on a shared engine)
+
+    def recording(client):
+        net = real(client)
+        made.append(net.name)
+        return net
+
+    real = egress.agent_network
+    monkeypatch.setattr(egress, "agent_network", recording)
     profile = RunnerProfile(allowed_hosts=["model-api.test"])
     res = sandbox.run(py_job(AGENT_PROBE, network=True, timeout_s=120), profile,
                       upstream_networks=[model_api])
@@ -302,12 +313,13 @@ def test_agent_reaches_only_its_allowed_hosts(model_api):
     assert out["metadata"][0] == 403, out  # link-local metadata: refused too
     assert out["direct"][0] == "error", out  # no route around the proxy
     assert out["raw"] == "blocked", out
-    # nothing is left behind: no proxy container, no egress network
+    # nothing of this run is left behind: no proxy container on its egress network, not the network
     import docker
 
     client = docker.from_env()
-    assert not client.containers.list(all=True, filters={"label": "rsi-bot.egress"})
-    assert not client.networks.list(filters={"label": "rsi-bot.egress"})
+    (name,) = made
+    assert not client.containers.list(all=True, filters={"label": "rsi-bot.egress", "network": name})
+    assert not [n for n in client.networks.list(filters={"label": "rsi-bot.egress"}) if n.name == name]
 
 
 @pytest.mark.docker
