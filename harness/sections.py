@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -226,6 +227,14 @@ class RunnerProfile(_Model):
             raise ValueError("network = true needs allowed_hosts, the hosts the agent may "
                              "reach (e.g. allowed_hosts = [\"api.anthropic.com\"])")
         self.allowed_hosts = check_hosts(self.allowed_hosts)
+        for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE"):
+            up = (urlsplit(self.env[name]).hostname or "").lower() if self.env.get(name) else ""
+            for h in self.allowed_hosts:
+                if up and h.startswith("*.") and (up.endswith(h[1:]) or up == h[2:]):
+                    raise ValueError(
+                        f"allowed host {h!r} covers the model API's host {up!r} ({name}): the agent could "
+                        "reach it around the model gateway, which holds the key and meters every call; "
+                        f"list {up!r} by its exact name and no wildcard over it")
         if self.allowed_hosts:
             self.network = True
         if self.device in ("cuda", "npu") and not self.devices:

@@ -54,7 +54,7 @@ from pathlib import Path
 from harness import leaks, sandbox
 from harness.agents.base import AgentContext, AgentOutcome, UnsafeFile, read_agent_file
 from harness.agents.usage import read_usage
-from harness.gateway import GatewayRoute
+from harness.gateway import GatewayRoute, check_allowed_hosts
 from harness.hostlibs import lib_mounts
 from harness.leaks import SECRET_NAME, host_secrets
 from harness.ledger import Usage
@@ -92,17 +92,37 @@ class Preset:
     """Runs from its agents venv (scripts/setup-agents.sh)."""
     usage: str = ""
     """How its token usage is read: ``mini-trajectory`` | ``aider-report``."""
+    api: str = "openai"
+    """The model API it speaks through the gateway: ``openai`` | ``anthropic``."""
+
+
+DEFAULT_UPSTREAMS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
+"""Where a preset's model API is when the runner profile's ``env`` names no base URL."""
+UPSTREAM_ENV = {"openai": (("OPENAI_API_BASE", "OPENAI_BASE_URL"), "OPENAI_API_KEY"),
+                "anthropic": (("ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE"), "ANTHROPIC_API_KEY")}
+"""Per API: the profile ``env`` names of its base URL, and the runner's variable holding its key."""
+
+_NODE_QUIET = {  # no update checks, telemetry, error reports or other calls beside the model's
+    "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
+    "CLAUDE_CONFIG_DIR": "/tmp/home/.claude", "CODEX_HOME": "/tmp/home/.codex", "NO_UPDATE_NOTIFIER": "1",
+}
 
 
 PRESETS: dict[str, Preset] = {
     "claude-code": Preset(
         'claude -p "$(cat {task_file})" --dangerously-skip-permissions --output-format text {model_flag}',
         ("ANTHROPIC_API_KEY",),
+        fixed_env=tuple(_NODE_QUIET.items()),
+        venv=True,
+        api="anthropic",
     ),
     "codex": Preset(
-        'codex exec --full-auto --skip-git-repo-check {model_flag} "$(cat {task_file})"',
+        'codex exec --full-auto --skip-git-repo-check {model_flag} --color never "$(cat {task_file})"',
         ("OPENAI_API_KEY",),
         model_flag="-m",
+        fixed_env=tuple(_NODE_QUIET.items()),
+        venv=True,
     ),
     "aider": Preset(
         "aider --yes-always --no-git --no-auto-commits --no-check-update --no-show-model-warnings "
@@ -165,6 +185,10 @@ class CommandAgent:
     venv: Path | None = None
     """An agents venv mounted read-only (its bin first on PATH), with the host's shared libraries (hostlibs)."""
     usage: str = ""
+    api: str | None = None
+    """The model API a preset speaks (``openai``/``anthropic``): it always runs
+    behind the gateway. None (a custom ``command``): behind the gateway when the
+    profile's ``env`` names a base URL."""
     upstream_networks: tuple[str, ...] = ("bridge",)
     """Where the egress proxy reaches the model API from (tests: the fake model's network)."""
 
@@ -174,7 +198,7 @@ class CommandAgent:
         env = tuple(dict.fromkeys([*p.env, *kw.pop("env_names", ())]))
         return cls(template=p.command, env_names=env, model_flag=p.model_flag, name=kind,
                    fixed_env=dict(p.fixed_env), venv=agents_venv(kind) if p.venv else None,
-                   usage=p.usage, **kw)
+                   usage=p.usage, api=p.api, **kw)
 
     def _venv_parts(self) -> tuple[list[sandbox.Mount], dict[str, str]]:
         if self.venv is None:
@@ -219,17 +243,33 @@ class CommandAgent:
             network=network,
         )
 
+    def upstream(self, profile: RunnerProfile) -> tuple[str, str] | None:
+        """(the model API's base URL, the runner variable holding its key) of
+        this agent, or None when it runs without the gateway."""
+        for api in ([self.api] if self.api else list(UPSTREAM_ENV)):
+            names, key_name = UPSTREAM_ENV[api]
+            base = next((profile.env[n] for n in names if profile.env.get(n)), "")
+            if base or self.api:
+                base = (base or DEFAULT_UPSTREAMS[api]).rstrip("/")
+                if api == "anthropic" and not base.endswith("/v1"):  # Anthropic's base URLs omit it
+                    base += "/v1"
+                return base, key_name
+        return None
+
     def route(self, ctx: AgentContext, profile: RunnerProfile, source) -> GatewayRoute | None:
-        """The model gateway's route for this run: when the profile names an
-        OpenAI-compatible endpoint (``env.OPENAI_API_BASE``) and has network.
-        It holds the key (``OPENAI_API_KEY`` of the runner's environment) and
-        what is left of the task's token and cost budgets."""
-        base = profile.env.get("OPENAI_API_BASE") or profile.env.get("OPENAI_BASE_URL")
-        if not (profile.network and base):
+        """The model gateway's route for this run (with network): the model
+        API's base URL (the profile's ``env``, else the preset's default), its
+        key (read from the runner's environment; the gateway alone holds it)
+        and what is left of the task's token and cost budgets. ``ValueError``
+        when the profile's ``allowed_hosts`` would let the agent around it."""
+        up = self.upstream(profile) if profile.network else None
+        if up is None:
             return None
+        base, key_name = up
+        check_allowed_hosts(base, profile.allowed_hosts)
         a, spent = ctx.spec.agent, ctx.spent or Usage()
         return GatewayRoute(
-            upstream=base, key=source.get("OPENAI_API_KEY", ""),
+            upstream=base, key=source.get(key_name, ""),
             max_tokens=None if a.max_tokens is None else max(0, a.max_tokens - spent.tokens),
             max_cost_usd=None if a.max_cost_usd is None else max(0.0, a.max_cost_usd - (spent.cost_usd or 0)),
             price_in_per_mtok=a.price_in_per_mtok, price_out_per_mtok=a.price_out_per_mtok)
@@ -240,8 +280,11 @@ class CommandAgent:
         source = self.environ if self.environ is not None else os.environ
         hidden = {ctx.spec.verify.hidden.seed_env, *ctx.spec.verify.hidden.env}  # verifier-only, never an agent's
         passed = {n: source[n] for n in self.env_names if source.get(n) and n not in hidden}
-        route = self.route(ctx, profile, source)
-        if route is not None:  # the gateway holds the key: the agent gets no secret at all
+        try:
+            route = self.route(ctx, profile, source)
+        except ValueError as exc:
+            return AgentOutcome(error=f"{self.name}: {exc}", duration_s=time.monotonic() - t0)
+        if route is not None or self.api:  # the gateway holds the key: a preset gets no secret at all
             passed = {n: v for n, v in passed.items() if not SECRET_NAME.search(n)}
         # every secret the host holds, looked for in everything the agent wrote (harness.leaks)
         held = list(dict.fromkeys([*passed.values(), *(source.get(n, "") for n in self.env_names),
