@@ -17,7 +17,7 @@ Presets (override any with ``[agent] command``):
 
 ==============  ==============================================================
 claude-code     ``claude -p "$(cat TASK.md)" --dangerously-skip-permissions``
-codex           ``codex exec --full-auto --skip-git-repo-check "$(cat TASK.md)"``
+codex           ``codex exec --dangerously-bypass-approvals-and-sandbox ...`` (in our sandbox)
 aider           ``aider --yes-always --no-git --no-stream ... --message-file TASK.md``
 mini-swe-agent  ``mini --yolo --exit-immediately -o /rsi/out/trajectory.json -t ...``
 ==============  ==============================================================
@@ -105,7 +105,7 @@ UPSTREAM_ENV = {"openai": (("OPENAI_API_BASE", "OPENAI_BASE_URL"), "OPENAI_API_K
 _NODE_QUIET = {  # no update checks, telemetry, error reports or other calls beside the model's
     "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
-    "CLAUDE_CONFIG_DIR": "/tmp/home/.claude", "CODEX_HOME": "/tmp/home/.codex", "NO_UPDATE_NOTIFIER": "1",
+    "CLAUDE_CONFIG_DIR": "/tmp/home/.claude", "NO_UPDATE_NOTIFIER": "1",
 }
 
 
@@ -118,7 +118,10 @@ PRESETS: dict[str, Preset] = {
         api="anthropic",
     ),
     "codex": Preset(
-        'codex exec --full-auto --skip-git-repo-check {model_flag} --color never "$(cat {task_file})"',
+        'codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check --ephemeral --color never '
+        '{model_flag} -c model_provider=rsi -c model_providers.rsi.name=rsi '
+        '-c "model_providers.rsi.base_url=\\"$OPENAI_BASE_URL\\"" -c model_providers.rsi.env_key=OPENAI_API_KEY '
+        '-c model_providers.rsi.wire_api=responses "$(cat {task_file})"',
         ("OPENAI_API_KEY",),
         model_flag="-m",
         fixed_env=tuple(_NODE_QUIET.items()),

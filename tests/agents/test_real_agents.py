@@ -1,7 +1,11 @@
-"""mini-swe-agent and aider, for real: each runs in the sandbox through the
-``command`` agent path, reads TASK.md, edits the target through its own tools,
-and talks to the scripted model server only through the egress proxy. Its
-edit goes through the edit policy and the verifier like any candidate."""
+"""mini-swe-agent, aider, claude-code and codex, for real: each runs in the
+sandbox through the ``command`` agent path, reads TASK.md, edits the target
+through its own tools, and talks to the scripted model server only through the
+model gateway (which holds the key and meters every call). Its edit goes
+through the edit policy and the verifier like any candidate. claude-code
+speaks Anthropic messages and codex OpenAI responses, both streamed; their
+binaries come from npm (scripts/setup-agents.sh): missing, they skip, or fail
+where ``RSI_REQUIRE_DOCKER=1`` (CI)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,10 @@ from harness.spec import load_task
 from tests.fakemodel.fixture import HOST, PORT, FakeModel
 from tests.harness.target import CONFIG, make_target
 
-from .scripts import FINISH, MINI_USAGE, READ_TASK, SCRIPTS
+from harness.agents.command import agents_venv
+from tests.fakemodel.server import upstream_billed
+
+from .scripts import FINISH, MINI_USAGE, NPM_USAGE, READ_TASK, SCRIPTS
 
 pytestmark = pytest.mark.docker
 
@@ -50,7 +57,8 @@ GATEWAY_SCRIPTS = {
 }
 
 
-def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 120, extra: str = "") -> str:
+def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 120, extra: str = "",
+                 base_env: str = "OPENAI_API_BASE", base_path: str = "/v1", prefix: str = "openai/") -> str:
     # the verifier's default guards (peak RSS within 2%...) only add noise to a sleep-bound target
     # and a loaded 2-core CI box must not refuse the task at calibration: the change is +47%,
     # so min_gain 20% with up to 12 pairs (a clear gain still stops at the first look, 6 pairs)
@@ -60,7 +68,7 @@ def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 12
     return base + f'''
 [agent]
 kind = "{kind}"
-model = "openai/{model}"
+model = "{prefix}{model}"
 rounds = 2
 round_timeout_s = {timeout_s}
 max_straight_rejections = 3
@@ -74,7 +82,7 @@ profile = "agent"
 cpus = 1.0
 memory = "2g"
 allowed_hosts = ["{host}"]
-env = {{ OPENAI_API_BASE = "http://{host}:{PORT}/v1" }}
+env = {{ {base_env} = "http://{host}:{PORT}{base_path}" }}
 '''
 
 
@@ -90,7 +98,7 @@ def run_agent(tmp_path: Path, fm: FakeModel, kind: str, model: str, *, verifier:
     repo = make_target(tmp_path, python=sys.executable, delay_ms=250, config=agent_config(kind, model, **cfg))
     spec = load_task(repo, None, f"t-{model}")
     agent = make_agent(spec)
-    agent.environ = {"OPENAI_API_KEY": API_KEY}
+    agent.environ = {"OPENAI_API_KEY": API_KEY, "ANTHROPIC_API_KEY": API_KEY}
     agent.upstream_networks = (fm.network_name,)
     events: list = []
     res = run_task(repo, spec, state_dir=tmp_path / "state", agent=agent, rounds=rounds,
@@ -248,3 +256,59 @@ def test_aider_without_a_model_reply_is_an_error_round_not_a_no_change(tmp_path:
     (c,) = res.candidates
     assert c.decision == "error" and "no reply from its model API" in c.reason, c.reason
     assert len(fakemodel.requests("aider-refused")) == 1
+
+
+# ---- the npm CLIs: claude-code (Anthropic messages) and codex (OpenAI responses) -------------
+
+NPM = {"claude-code": {"base_env": "ANTHROPIC_BASE_URL", "base_path": "", "prefix": "", "model": "cc"},
+       "codex": {"base_env": "OPENAI_BASE_URL", "base_path": "/v1", "prefix": "", "model": "codex"}}
+
+
+def need_npm_agent(kind: str) -> None:
+    if not (agents_venv(kind) / ".rsi-installed").is_file():
+        reason = f"{kind} is not installed ({agents_venv(kind)}): run scripts/setup-agents.sh (needs npm)"
+        if os.environ.get("RSI_REQUIRE_DOCKER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def run_npm_agent(tmp_path: Path, fm: FakeModel, kind: str, script: str, **cfg):
+    need_npm_agent(kind)
+    n = NPM[kind]
+    return run_agent(tmp_path, fm, kind, f"{n['model']}-{script}", base_env=n["base_env"], base_path=n["base_path"],
+                     prefix=n["prefix"], **cfg)
+
+
+@pytest.mark.parametrize("kind", ["claude-code", "codex"])
+def test_npm_agent_makes_a_verified_candidate_through_the_gateway(tmp_path: Path, fakemodel: FakeModel, kind: str):
+    """The real CLI edits the checkout with its own shell tool; every call is a
+    stream of its provider's wire format, metered by the gateway exactly as the
+    upstream billed it (Anthropic's cached input included)."""
+    repo, res, recs, events = run_npm_agent(tmp_path, fakemodel, kind, "ok", verifier="sandbox")
+    (c,) = res.candidates
+    seen = fakemodel.requests(f"{NPM[kind]['model']}-ok")
+    route = "messages" if kind == "claude-code" else "responses"
+    assert c.decision == "accept", c.reason
+    assert c.hypothesis.startswith("cut the per-request delay")
+    assert len(seen) >= 2 and all(r["key_ok"] and r["route"] == route and r["stream"] for r in seen), seen
+    rec = recs[0]
+    assert rec.files == ["app/settings.toml"], rec.files
+    assert rec.usage.source == "gateway"
+    billed = upstream_billed(fakemodel.requests(f"{NPM[kind]['model']}-ok"))
+    assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == billed
+    assert billed["tokens_in"] >= NPM_USAGE["prompt_tokens"] + 1500
+    no_secret_anywhere(tmp_path, repo, events)
+    keep_record(tmp_path, kind, rec)
+
+
+@pytest.mark.parametrize("kind", ["claude-code", "codex"])
+def test_npm_agent_is_stopped_by_the_budget(tmp_path: Path, fakemodel: FakeModel, kind: str):
+    """1,000 tokens: the first call (1,145 billed) goes through, the next is
+    refused by the gateway, and the round is an error naming the budget."""
+    _, res, recs, _ = run_npm_agent(tmp_path, fakemodel, kind, "budget", extra="max_tokens = 1000\n", rounds=2)
+    (c,) = res.candidates
+    assert c.decision == "error" and "the model gateway refused" in c.reason, c.reason
+    assert "token budget spent: 1,145 tokens used this round, 1,000 were left" in c.reason, c.reason
+    billed = upstream_billed(fakemodel.requests(f"{NPM[kind]['model']}-budget"))
+    assert recs[0].usage.source == "gateway" and recs[0].usage.tokens == billed["tokens_in"] + billed["tokens_out"]
+    assert billed["calls"] == 1
