@@ -39,7 +39,7 @@ token as ``OPENAI_API_KEY``, ``CODEX_API_KEY`` and ``ANTHROPIC_API_KEY``). The g
   calls in flight). So concurrency never overruns a budget more than a single
   call does: the worst overrun is one call's usage beyond what was left when it
   went upstream. Once spent, every further call is refused (HTTP 429,
-  ``insufficient_quota``, with the reason);
+  ``insufficient_quota``, with the reason; 400 on Anthropic's route: :data:`BUDGET_STATUS`);
 * prints one ``RSI-METER {...}`` line (running totals per API, never a prompt
   or a key) to its log after each call, which the harness reads at the end of
   the run: that is the ledger's ``usage`` (``source = "gateway"``).
@@ -477,8 +477,19 @@ def scrub(payload: bytes, held: Sequence[str]) -> bytes | None:
     return payload
 
 
-def _error(message: str, kind: str = "rsi_gateway", code: str = "rsi_gateway") -> bytes:
-    return json.dumps({"error": {"message": f"rsi model gateway: {message}", "type": kind, "code": code}}).encode()
+def _error(message: str, kind: str = "rsi_gateway", code: str = "rsi_gateway", api: Api | None = None) -> bytes:
+    """An error body in the route's wire format (Anthropic's for messages)."""
+    text = f"rsi model gateway: {message}"
+    if api is Api.MESSAGES:
+        return json.dumps({"type": "error", "error": {"type": kind, "message": text}}).encode()
+    return json.dumps({"error": {"message": text, "type": kind, "code": code}}).encode()
+
+
+BUDGET_STATUS = {Api.MESSAGES: 400}
+"""The status of a budget refusal per wire format (default 429 ``insufficient_quota``,
+which OpenAI clients such as codex take as final): Anthropic's clients retry
+every 429 (claude-code for minutes), and Anthropic itself answers a spent
+credit balance with 400 ``invalid_request_error``, which they take as final."""
 
 
 def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: int = PORT,
@@ -618,14 +629,16 @@ def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: in
             except ValueError:
                 prepared = "the request body is not JSON"
             if isinstance(prepared, str):
-                self._send(400, _error(prepared, "invalid_request_error"))
+                self._send(400, _error(prepared, "invalid_request_error", api=api))
                 return
             body, bound = prepared
             ticket = meter.admit(bound)
             if isinstance(ticket, str):
                 emit()
-                self._send(429, _error(f"{ticket}; no more model calls this round",
-                                       "insufficient_quota", "rsi_budget_spent"))
+                status = BUDGET_STATUS.get(api, 429)
+                self._send(status, _error(f"{ticket}; no more model calls this round",
+                                          "insufficient_quota" if status == 429 else "invalid_request_error",
+                                          "rsi_budget_spent", api))
                 return
             got: tuple[int, bytes, str] | str = "the gateway failed"
             used = None
@@ -638,17 +651,21 @@ def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: in
                 meter.settle(ticket, api, used, billed=ok)
                 emit()
             if isinstance(got, str):
-                self._send(502, _error(f"{got}; counted at its worst", "api_connection_error", "upstream_unreachable"))
+                self._send(502, _error(f"{got}; counted at its worst", "api_connection_error",
+                                       "upstream_unreachable", api))
                 return
             status, payload, ctype = got
             if 200 <= status < 300 and used is None:
                 self._send(502, _error("the upstream's answer carried no usage the gateway could meter; "
-                                       "withheld, and counted at its worst", "api_error", "rsi_unmetered"))
+                                       "withheld, and counted at its worst", "api_error", "rsi_unmetered", api))
                 return
             self._answer(status, payload, ctype)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 128  # an agent's parallel calls wait in the backlog, not refused (default 5)
+        daemon_threads = True
+
+    server = Server((host, port), Handler)
     server.meter = meter  # type: ignore[attr-defined]
     return server
 

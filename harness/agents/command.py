@@ -7,29 +7,34 @@ other writable dir is its scratch dir at ``/rsi/out``, where it writes its
 one-line hypothesis (``/rsi/out/hypothesis.txt``; or it prints a line
 ``RSI-HYPOTHESIS: ...``). The host reads the hypothesis without following
 links, from regular files only, size-capped; the log is the container's
-output, written by the host into its own dir. The API key and any other variables named by the
-preset or ``[agent] env`` are read from the runner's environment and passed to
-the container; their values are redacted from every log and never written to
-the state dir or the ledger. Network is on only when the runner profile says
-``network = true`` (the agent's model API).
+output, written by the host into its own dir. A preset with network reaches its
+model through the model gateway only (:mod:`harness.gateway`: claude-code
+speaks Anthropic messages, the others OpenAI; :meth:`CommandAgent.route`), which
+holds the key: no variable with a secret-like name reaches a preset's
+container. A custom ``command`` goes through the gateway when the profile's
+``env`` names a base URL; else the variables named in ``[agent] env`` are read
+from the runner's environment and passed to it. Every secret is redacted from
+every log and never written to the state dir or the ledger. Network is on only
+when the runner profile says ``network = true`` (the agent's model API).
 
 Presets (override any with ``[agent] command``):
 
 ==============  ==============================================================
 claude-code     ``claude -p "$(cat TASK.md)" --dangerously-skip-permissions``
 codex           ``codex exec --dangerously-bypass-approvals-and-sandbox ...`` (in our sandbox)
-aider           ``aider --yes-always --no-git --no-stream ... --message-file TASK.md``
+aider           ``aider --yes-always --no-git --stream ... --message-file TASK.md``
 mini-swe-agent  ``mini --yolo --exit-immediately -o /rsi/out/trajectory.json -t ...``
 ==============  ==============================================================
 
-``aider`` and ``mini-swe-agent`` come from the pinned agents venvs that
-``scripts/setup-agents.sh`` makes (``.agents-venv/<preset>``, or
-``$RSI_AGENTS_VENV/<preset>``): mounted read-only at the same path, its ``bin``
-first on ``PATH``, the host's TLS and sqlite libraries with it (:mod:`hostlibs`). Each
-preset sets the non-secret variables its agent needs to run unattended (no
-first-run wizard, no update checks, no price-table download). The model API
-is reached through the egress proxy only; an OpenAI-compatible endpoint is
-named with ``OPENAI_API_BASE`` in the runner profile's ``env``.
+Each comes from the pinned agents dirs that ``scripts/setup-agents.sh`` makes
+(``.agents-venv/<preset>``, or ``$RSI_AGENTS_VENV/<preset>``: a venv for aider
+and mini-swe-agent, the npm packages' native binaries for claude-code and
+codex): mounted read-only at the same path, its ``bin`` first on ``PATH``, the
+host's TLS and sqlite libraries with it (:mod:`hostlibs`). Each preset sets the
+non-secret variables its agent needs to run unattended (no first-run wizard,
+no update checks, telemetry or price-table download). The model API is named
+in the runner profile's ``env`` (``OPENAI_API_BASE``, ``ANTHROPIC_BASE_URL``;
+else the provider's own) and reached through the gateway only.
 
 Usage (tokens in and out, from the endpoint's OpenAI ``usage``): read from
 mini-swe-agent's trajectory (every response as the API returned it) and from
@@ -129,7 +134,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "aider": Preset(
         "aider --yes-always --no-git --no-auto-commits --no-check-update --no-show-model-warnings "
-        "--no-show-release-notes --analytics-disable --no-stream --no-pretty --no-fancy-input "
+        "--no-show-release-notes --analytics-disable --stream --no-pretty --no-fancy-input "
         "--map-tokens 0 --edit-format diff --no-auto-lint --no-detect-urls --input-history-file /tmp/aider.input.history "
         "--chat-history-file {out_dir}/aider.chat.md --llm-history-file /tmp/aider.llm.history "
         "{model_flag} --message-file {task_file}",
@@ -318,15 +323,16 @@ class CommandAgent:
         out = AgentOutcome(hypothesis=hyp or f"{self.name}: (no hypothesis given)", log=log,
                            duration_s=time.monotonic() - t0, usage=used)
         carried += scrub_secrets(ctx.worktree, held)
+        refused = (res.gateway or {}).get("refused") if route is not None else 0
         if res.error:
             out.error = f"agent container failed to run: {res.error}"
+        elif refused:  # the cause, also of a timeout or an exit after it (an agent that retried the refusals)
+            out.error = (f"the model gateway refused {refused} call(s): "
+                         f"{(res.gateway or {}).get('refusal') or 'budget spent'}")
         elif res.timed_out:
             out.error = f"agent timed out after {ctx.timeout_s:g} s"
         elif res.oom_killed:
             out.error = f"agent was killed: out of memory (limit {profile.memory})"
-        elif route is not None and (meter := res.gateway or {}).get("refused"):
-            out.error = (f"the model gateway refused {meter['refused']} call(s): "
-                         f"{meter.get('refusal') or 'budget spent'}")
         elif res.exit_code != 0:
             tail = log.strip().splitlines()[-5:]
             out.error = f"agent exited with code {res.exit_code}: " + " | ".join(tail)[-500:]

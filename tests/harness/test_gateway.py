@@ -133,7 +133,7 @@ def test_attack_an_answer_without_usage_is_withheld_and_counted_at_its_worst(api
             gateway(up, max_tokens=10**6) as (gw, log):
         rs = [call(gw, api, stream=stream) for _ in range(5)]
     meter = parse_meter(log.getvalue())
-    assert rs[0].status_code == 502 and rs[0].json()["error"]["code"] == "rsi_unmetered"
+    assert rs[0].status_code == 502 and "carried no usage the gateway could meter" in rs[0].json()["error"]["message"]
     assert all(b"secret plan" not in r.content for r in rs)
     capped = api in ("messages", "embeddings")  # the others set no output cap here
     if capped:
@@ -272,3 +272,13 @@ def test_leaks_are_found_in_every_disguise_and_nothing_else():
     source = "".join(p.read_text() for p in sorted(Path(leaks.__file__).parent.glob("*.py")))
     assert not leaks.found(source, [key])  # no false alarm on ordinary text
     assert leaks.host_secrets({"OPENAI_API_KEY": key, "DB_PASSWORD": "changeme", "PATH": "/usr/bin:/bin/x"}) == [key]
+
+
+def test_a_spent_budget_on_anthropics_route_is_final_for_its_clients():
+    """Anthropic's clients retry every 429 (claude-code for minutes): there the
+    refusal is a 400 in Anthropic's error shape, as a spent credit balance is."""
+    with upstream({"m": [ANSWER]}) as (up, _), gateway(up, max_tokens=500) as (gw, _log):
+        assert call(gw, "messages", stream=True).status_code == 200
+        r = call(gw, "messages", stream=True)
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert r.json()["error"]["type"] == "invalid_request_error" and "token budget spent" in r.json()["error"]["message"]
