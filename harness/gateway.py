@@ -38,7 +38,9 @@ token as ``OPENAI_API_KEY``, ``CODEX_API_KEY`` and ``ANTHROPIC_API_KEY``). The g
   while all reservations fit in what is left, else alone (it waits for the
   calls in flight). So concurrency never overruns a budget more than a single
   call does: the worst overrun is one call's usage beyond what was left when it
-  went upstream. Once spent, every further call is refused (HTTP 429,
+  went upstream (should an upstream bill a call beyond its bound, ignoring its
+  output cap, the calls in flight then may add theirs, and every later call
+  goes alone). Once spent, every further call is refused (HTTP 429,
   ``insufficient_quota``, with the reason; 400 on Anthropic's route: :data:`BUDGET_STATUS`);
 * prints one ``RSI-METER {...}`` line (running totals per API, never a prompt
   or a key) to its log after each call, which the harness reads at the end of
@@ -346,7 +348,7 @@ class Meter:
         self.reserved_tokens = 0
         self.reserved_cost = 0.0
         self.alone = False
-        self.over_reservation = 0  # calls billed beyond their bound (the bound's assumption broken)
+        self.over_reservation = 0  # calls billed beyond their bound (its assumption broken: then one at a time)
 
     @property
     def budgeted(self) -> bool:
@@ -369,7 +371,7 @@ class Meter:
         return None
 
     def _fits(self, bound: Bound) -> bool:
-        if bound.tokens_out is None:
+        if bound.tokens_out is None or self.over_reservation:  # a broken bound: one call at a time from then on
             return False
         c, worst = self.cfg, bound.tokens_in + bound.tokens_out
         if c.max_tokens is not None and self.tokens_in + self.tokens_out + self.reserved_tokens + worst > c.max_tokens:

@@ -107,11 +107,17 @@ def run_agent(tmp_path: Path, fm: FakeModel, kind: str, model: str, *, verifier:
     return repo, res, Ledger(repo).records(), events
 
 
-def keep_record(tmp_path: Path, name: str, rec) -> None:
-    """The round's ledger record, as JSON (into ``$RSI_AGENT_RECORDS`` when set)."""
+def keep_record(tmp_path: Path, name: str, rec, seen: list[dict] | None = None) -> None:
+    """The round's ledger record, as JSON (into ``$RSI_AGENT_RECORDS`` when set),
+    with what the upstream saw and billed (``seen``: its request log)."""
+    import json
+
     out = Path(os.environ.get("RSI_AGENT_RECORDS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}-record.json").write_text(rec.model_dump_json(by_alias=True, indent=1))
+    if seen is not None:
+        routes = sorted({(r["route"], r["stream"]) for r in seen})
+        (out / f"{name}-upstream.json").write_text(json.dumps({"routes": routes, **upstream_billed(seen)}))
 
 
 def no_secret_anywhere(tmp_path: Path, repo: Path, events: list, *, disguised: bool = False) -> None:
@@ -148,9 +154,10 @@ def test_mini_swe_agent_makes_a_verified_candidate(tmp_path: Path, fakemodel: Fa
     assert load_state(tmp_path / "state").spent.tokens == 3720
     seen = fakemodel.requests("mini-ok")
     assert len(seen) == 3 and all(r["key_ok"] for r in seen)
+    assert upstream_billed(seen) == MINI_USAGE  # the ledger's usage is the upstream's, exactly
     # the agent read TASK.md with its own tool: the output of `cat` went back to the model
     assert any("make `speed` faster" in m for m in seen[1]["messages"])
-    keep_record(tmp_path, "mini-swe-agent", rec)
+    keep_record(tmp_path, "mini-swe-agent", rec, seen)
 
 
 def test_aider_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
@@ -168,7 +175,7 @@ def test_aider_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
     assert len(seen) == 1 and seen[0]["key_ok"] and seen[0]["stream"]
     assert upstream_billed(seen) == {"calls": 1, "tokens_in": 900, "tokens_out": 40}
     assert any("make `speed` faster" in m for m in seen[0]["messages"])  # TASK.md is aider's message
-    keep_record(tmp_path, "aider", rec)
+    keep_record(tmp_path, "aider", rec, seen)
 
 
 def test_protected_file_edit_is_rejected(tmp_path: Path, fakemodel: FakeModel):
@@ -300,7 +307,7 @@ def test_npm_agent_makes_a_verified_candidate_through_the_gateway(tmp_path: Path
     assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == billed
     assert billed["tokens_in"] >= NPM_USAGE["prompt_tokens"] + 1500
     no_secret_anywhere(tmp_path, repo, events)
-    keep_record(tmp_path, kind, rec)
+    keep_record(tmp_path, kind, rec, fakemodel.requests(f"{NPM[kind]['model']}-ok"))
 
 
 @pytest.mark.parametrize("kind", ["claude-code", "codex"])

@@ -282,3 +282,20 @@ def test_a_spent_budget_on_anthropics_route_is_final_for_its_clients():
         r = call(gw, "messages", stream=True)
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["type"] == "invalid_request_error" and "token budget spent" in r.json()["error"]["message"]
+
+
+def test_every_preset_goes_through_the_gateway_with_its_providers_api():
+    """With network, each preset's model is behind the gateway (the provider's
+    own URL when the profile names none); a custom command only when the
+    profile names a base URL."""
+    from harness.agents.command import CommandAgent
+    from harness.sections import RunnerProfile
+
+    net = RunnerProfile(allowed_hosts=["api.anthropic.com", "api.openai.com"])
+    assert CommandAgent.preset("claude-code").upstream(net) == ("https://api.anthropic.com/v1", "ANTHROPIC_API_KEY")
+    for kind in ("codex", "aider", "mini-swe-agent"):
+        assert CommandAgent.preset(kind).upstream(net) == ("https://api.openai.com/v1", "OPENAI_API_KEY")
+    local = RunnerProfile(allowed_hosts=["model.rsi.test"], env={"ANTHROPIC_BASE_URL": "http://model.rsi.test:8000"})
+    assert CommandAgent.preset("claude-code").upstream(local) == ("http://model.rsi.test:8000/v1", "ANTHROPIC_API_KEY")
+    assert CommandAgent(template="run").upstream(local) == ("http://model.rsi.test:8000/v1", "ANTHROPIC_API_KEY")
+    assert CommandAgent(template="run").upstream(net) is None
