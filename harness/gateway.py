@@ -585,8 +585,11 @@ def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: in
                         chunks.append(chunk)
                     ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
                     return resp.status_code, b"".join(chunks), ctype if ctype in CONTENT_TYPES else CONTENT_TYPES[0]
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: never billed
+                return 0, _error(f"the upstream could not be reached ({type(exc).__name__})",
+                                 "api_connection_error", "upstream_unreachable", api), CONTENT_TYPES[0]
             except httpx.HTTPError as exc:
-                return f"the upstream could not be reached or broke off ({type(exc).__name__})"
+                return f"the upstream broke off ({type(exc).__name__})"
 
         def _answer(self, status: int, payload: bytes, ctype: str) -> None:
             clean = scrub(payload, held)
@@ -605,6 +608,8 @@ def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: in
             got = self._relay("GET", upstream + path, None, None)
             if isinstance(got, str):
                 self._send(502, _error(got, "api_connection_error", "upstream_unreachable"))
+            elif got[0] == 0:
+                self._send(502, got[1])
             else:
                 self._answer(*got)
 
@@ -652,6 +657,9 @@ def make_server(cfg: GatewayConfig, key: str, *, host: str = "0.0.0.0", port: in
                 ok = isinstance(got, str) or 200 <= got[0] < 300
                 meter.settle(ticket, api, used, billed=ok)
                 emit()
+            if not isinstance(got, str) and got[0] == 0:  # not reached: nothing sent, nothing billed
+                self._send(502, got[1])
+                return
             if isinstance(got, str):
                 self._send(502, _error(f"{got}; counted at its worst", "api_connection_error",
                                        "upstream_unreachable", api))

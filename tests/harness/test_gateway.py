@@ -299,3 +299,18 @@ def test_every_preset_goes_through_the_gateway_with_its_providers_api():
     assert CommandAgent.preset("claude-code").upstream(local) == ("http://model.rsi.test:8000/v1", "ANTHROPIC_API_KEY")
     assert CommandAgent(template="run").upstream(local) == ("http://model.rsi.test:8000/v1", "ANTHROPIC_API_KEY")
     assert CommandAgent(template="run").upstream(net) is None
+
+
+def test_an_upstream_that_cannot_be_reached_bills_nothing():
+    """Nothing was sent: the call is not counted, the budget stays."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    s.close()
+    with gateway(dead, max_tokens=1000) as (gw, log):
+        r1, r2 = call(gw, "chat"), call(gw, "chat")
+    assert r1.status_code == r2.status_code == 502 and "could not be reached" in r1.text
+    meter = parse_meter(log.getvalue())
+    assert meter["calls"] == meter["unmetered"] == meter["refused"] == 0
