@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import resource
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE = 16_000
+sys.path.insert(0, str(ROOT))
+
+from tests.verifier.wavcraft import pcm16  # noqa: E402
+from tests.verifier.wavcraft import wav_bytes as wav
 
 CHILD = r"""
 import json, sys, time
@@ -64,26 +67,11 @@ print(json.dumps({"peak_mib": (kib("VmHWM") - before) / 1024, "cpu_s": time.proc
 """
 
 
-def wav(samples: bytes, *, rate: int = RATE, channels: int = 1, bits: int = 16, tag: int = 1,
-        claim: int | None = None, junk_chunks: int = 0) -> bytes:
-    width = (bits + 7) // 8
-    fmt = struct.pack("<HHIIHH", tag, channels, rate, (rate * channels * width) & 0xFFFFFFFF,
-                      (channels * width) & 0xFFFF, bits)
-    body = b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt
-    body += (b"junk" + struct.pack("<I", 0)) * junk_chunks
-    body += b"data" + struct.pack("<I", len(samples) if claim is None else claim) + samples
-    return b"RIFF" + struct.pack("<I", min(len(body), 2**32 - 1)) + body
-
-
 def speech_like(n: int, seed: int = 0) -> np.ndarray:
     """A tone with a slow envelope and a little noise, in [-1, 1]."""
     t = np.arange(n, dtype=np.float64)
     x = 0.4 * np.sin(2 * np.pi * 220 * t / RATE) * (0.6 + 0.4 * np.sin(2 * np.pi * t / RATE))
     return x + np.random.default_rng(seed).normal(0, 1e-3, n)
-
-
-def pcm16(x: np.ndarray) -> bytes:
-    return np.round(np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
 
 
 def pcm8(n: int) -> bytes:

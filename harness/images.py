@@ -44,6 +44,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -131,40 +132,62 @@ def image_id(tag: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+# Run in a child: importing pip (its vendored ``packaging``) in this process
+# makes setuptools' distutils shim stand down for the rest of the process
+# (``_distutils_hack.spec_for_pip``), and a later ``import setuptools`` (torch's
+# inductor compiling a kernel) then fails on an assertion about distutils.
+_PINS_CHILD = r"""
+import importlib.metadata as md, json, sys
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.utils import canonicalize_name
+
+seen = set()
+todo = [("rsi-bot", frozenset(sys.argv[1:]))]
+while todo:
+    name, extras = todo.pop()
+    try:
+        requires = md.distribution(name).requires or []
+    except md.PackageNotFoundError:
+        print(json.dumps({"missing": name, "root": name == "rsi-bot"}))
+        sys.exit(0)
+    for text in requires:
+        req = Requirement(text)
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in (extras or {""})):
+            continue
+        key = (canonicalize_name(req.name), frozenset(req.extras))
+        if key not in seen:
+            seen.add(key)
+            todo.append(key)
+pins = []
+for n in sorted({n for n, _ in seen}):
+    try:
+        pins.append(f"{n}=={md.version(n)}")
+    except md.PackageNotFoundError:
+        print(json.dumps({"missing": n, "root": False}))
+        sys.exit(0)
+print(json.dumps({"pins": pins}))
+"""
+
+
 @functools.lru_cache(maxsize=1)
 def runtime_pins() -> tuple[str, ...]:
     """``name==version`` of every distribution rsi-bot (with :data:`EXTRAS`)
-    needs at run time, as installed in this venv (the closure of its requirements)."""
-    import importlib.metadata as md
-
-    # pip's own copy of packaging (pip is in every venv; packaging is no dependency of ours)
-    from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.utils import canonicalize_name
-
-    seen: set[tuple[str, frozenset[str]]] = set()
-    todo: list[tuple[str, frozenset[str]]] = [("rsi-bot", frozenset(EXTRAS))]
-    while todo:
-        name, extras = todo.pop()
-        try:
-            requires = md.distribution(name).requires or []
-        except md.PackageNotFoundError:
-            raise ImageError(f"{name} is not installed in this venv: run make venv") from None
-        for text in requires:
-            req = Requirement(text)
-            if req.marker is not None and not any(
-                    req.marker.evaluate({"extra": e}) for e in (extras or {""})):
-                continue
-            key = (canonicalize_name(req.name), frozenset(req.extras))
-            if key not in seen:
-                seen.add(key)
-                todo.append(key)
-    names = sorted({n for n, _ in seen})
+    needs at run time, as installed in this venv (the closure of its
+    requirements, read with pip's own copy of ``packaging`` in a child process:
+    pip is in every venv, packaging is no dependency of ours)."""
+    got = subprocess.run([sys.executable, "-c", _PINS_CHILD, *EXTRAS], capture_output=True, text=True)
     try:
-        return tuple(f"{n}=={md.version(n)}" for n in names)
-    except md.PackageNotFoundError as exc:
-        raise ImageError(f"{exc.name} is not installed in this venv, and the sandbox's python image holds "
+        out = json.loads(got.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise ImageError(f"could not read this venv's installed versions ({sys.executable}): "
+                         f"{got.stderr.strip()[-500:] or 'no output'}; run make venv") from None
+    if "missing" in out:
+        if out["root"]:
+            raise ImageError(f"{out['missing']} is not installed in this venv: run make venv")
+        raise ImageError(f"{out['missing']} is not installed in this venv, and the sandbox's python image holds "
                          f"rsi-bot's dependencies with {', '.join(EXTRAS)} at this venv's versions: "
-                         "run make venv") from None
+                         "run make venv")
+    return tuple(out["pins"])
 
 
 def source_files(root: Path = ROOT) -> list[Path]:

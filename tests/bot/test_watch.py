@@ -139,13 +139,19 @@ def make_target(make_repo, fake_github, tmp_path, extra: str = "",
     return repo
 
 
-def merged_candidate(make_bot, fake_github, repo, harness):
-    """Label -> one candidate PR (claim +10%) -> merged by alice; returns
-    (bot, the PR, the merge event, the merge commit)."""
+def labelled_candidate(make_bot, fake_github, repo, harness):
+    """alice's issue labelled ``rsi`` -> the bot's one candidate PR; returns (bot, the PR)."""
     bot = make_bot(harness)
     n = fake_github.open_issue(repo, "Faster", "Make it faster.", by="alice")
     bot.deliver(fake_github.label_issue(repo, n, "rsi", by="alice"))
     (pull,) = fake_github.pulls(repo)
+    return bot, pull
+
+
+def merged_candidate(make_bot, fake_github, repo, harness):
+    """Label -> one candidate PR (claim +10%) -> merged by alice; returns
+    (bot, the PR, the merge event, the merge commit)."""
+    bot, pull = labelled_candidate(make_bot, fake_github, repo, harness)
     claim = bot.store.candidate_by_pr(repo, pull.number)[1].verdict
     assert claim["objective"]["ratio_ci"] == {"low": 1.05, "high": 1.2, "level": 0.95}
     ev = fake_github.merge_pull(repo, pull.number, by="alice")
@@ -368,11 +374,7 @@ def test_someone_elses_pr_on_the_revert_branch_is_never_pushed_over(
     """alice squats the revert branch with her own open PR before the merge: the
     bot does not force-push over it and says why there is no revert PR."""
     repo = make_target(make_repo, fake_github, tmp_path)
-    harness = WatchedHarness(faster=False)
-    bot = make_bot(harness)
-    n = fake_github.open_issue(repo, "Faster", "Make it faster.", by="alice")
-    bot.deliver(fake_github.label_issue(repo, n, "rsi", by="alice"))
-    (pull,) = fake_github.pulls(repo)
+    bot, pull = labelled_candidate(make_bot, fake_github, repo, WatchedHarness(faster=False))
     branch = revert_branch_name(pull.number)
     mine = fake_github.commit_files(repo, branch, {"README.md": "alice's work\n"})
     r = httpx.post(f"{fake_github.url}/repos/{repo}/pulls",
@@ -394,11 +396,7 @@ def test_a_fork_pr_from_the_revert_branch_name_does_not_stop_the_revert(
     fork before the merge. That branch is not this repository's: the bot still opens
     its own revert PR (labelled, review asked), and the watch comment links it."""
     repo = make_target(make_repo, fake_github, tmp_path)
-    harness = WatchedHarness(faster=False)
-    bot = make_bot(harness)
-    n = fake_github.open_issue(repo, "Faster", "Make it faster.", by="alice")
-    bot.deliver(fake_github.label_issue(repo, n, "rsi", by="alice"))
-    (pull,) = fake_github.pulls(repo)
+    bot, pull = labelled_candidate(make_bot, fake_github, repo, WatchedHarness(faster=False))
     fork_pr = fake_github.open_fork_pull(repo, revert_branch_name(pull.number),
                                          {"src/notes.txt": "mine\n"}, by="mallory")
     assert fake_github.pull(repo, fork_pr).pull.head_repo == f"mallory/{repo.split('/')[1]}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,20 @@ def test_runtime_pins_are_this_venvs_versions_of_rsi_bots_closure():
     for name in ("pydantic", "numpy", "httpx", "torch"):
         assert pins[name] == md.version(name)
     assert "rsi-bot" not in pins and "pytest" not in pins  # not the project, not its dev extras
+
+
+def test_reading_the_pins_leaves_setuptools_importable_in_this_process():
+    """The pins were read with pip's vendored packaging in the bot's own process:
+    importing pip there made setuptools' distutils shim stand down, and torch's
+    inductor (which imports setuptools) then failed in the same process with an
+    AssertionError about distutils/core.py. A fresh process, so no other test's
+    imports decide it."""
+    code = ("from harness import images; images.runtime_pins(); import sys; "
+            "assert not any(m == 'pip' or m.startswith('pip.') for m in sys.modules), 'pip imported'; "
+            "import setuptools, distutils.core; "
+            "assert '_distutils' in distutils.core.__file__, distutils.core.__file__; print('ok')")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert got.returncode == 0 and got.stdout.strip() == "ok", got.stderr[-2000:]
 
 
 def test_a_profiles_own_image_is_used_as_it_is():
