@@ -19,8 +19,9 @@
 #   make bench         the benchmark tables (verifier quality, harness
 #                      overhead, webhook load, kernels)
 #   make dist          a wheel of this checkout in dist/ (docs/getting-started.md)
-#   make agents        the pinned agents venvs (mini-swe-agent, aider) that
-#                      the agent presets mount into the sandbox
+#   make agents        the pinned agents (mini-swe-agent, aider venvs;
+#                      claude-code, codex from npm) that scripts/build-images.sh
+#                      builds the agents image from (nothing of them is mounted)
 #
 # TORCH_SPEC overrides the torch pin for an accelerator, e.g.
 #   make test TORCH_SPEC="torch==2.5.1+cu124" PIP_EXTRA="--index-url ..."

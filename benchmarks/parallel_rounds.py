@@ -10,7 +10,7 @@ is judged against B0, so each one costs a whole verification). Two agents:
 * ``scripted``: mini-swe-agent in its sandbox, talking through the egress proxy
   to the scripted model server (tests/fakemodel), one script per worker:
   read TASK.md, think (``sleep --think-s``, a model's latency), edit
-  tiny_tts/pipeline.py, finish. Needs Docker and the agents venv.
+  tiny_tts/pipeline.py, finish. Needs Docker and the agents image.
 
 B0 is calibrated once, in a runner store shared by all the runs
 (harness.calcache): the table says how many runs reused it. The verifier's

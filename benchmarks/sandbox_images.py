@@ -6,9 +6,12 @@ inputs (``docker build --no-cache``; the .debs and wheels come from the
 cache, as on a CI machine that ran ``scripts/build-images.sh`` before, and
 nothing is downloaded unless the cache is empty), then the tag is removed.
 ``--builds runtime`` (the default) times only the runtime image (this
-checkout's packages: what a change to the code rebuilds); ``--builds all``
-also the python image (Debian's Python + rsi-bot's dependencies with torch)
-and the agents image (the presets' venvs): minutes on two busy cores.
+checkout's packages: what a change to the code rebuilds); ``--builds agents``
+the agents image (the presets' venvs and claude-code's and codex's native
+binaries), ``--builds agents-cached`` the same without ``--no-cache`` (what a
+new npm pin rebuilds: the venvs' layers are reused); ``--builds all`` also
+the python image (Debian's Python + rsi-bot's dependencies with torch) and
+the agents image: minutes on two busy cores.
 
 Start times, per container (median and max of ``--runs``), on the runtime and
 agents images, and for comparison on the base image (117 MB, no Python: what
@@ -46,6 +49,8 @@ def timed_builds(which: str) -> list[tuple[str, float, str]]:
     python = images.python_tag(images._base_id())
     rows = []
     steps = [("runtime", lambda tag: images.build_runtime(python, tag=tag, no_cache=True))]
+    if which in ("agents", "agents-cached"):
+        steps = [(which, lambda tag: images.build_agents(python, tag=tag, no_cache=which == "agents"))]
     if which == "all":
         steps = [("python", lambda tag: images.build_python(tag=tag, no_cache=True)),
                  ("agents", lambda tag: images.build_agents(python, tag=tag, no_cache=True)), *steps]
@@ -96,12 +101,12 @@ def row(label: str, values: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--builds", choices=("runtime", "all", "none"), default="runtime")
+    ap.add_argument("--builds", choices=("runtime", "agents", "agents-cached", "all", "none"), default="runtime")
     args = ap.parse_args()
     runtime = images.ensure_runtime()
     agents = images.agents_image()
     if args.builds != "none":
-        print("| image built anew (--no-cache) | seconds | size |\n| --- | --- | --- |")
+        print("| image built anew (--no-cache, but agents-cached) | seconds | size |\n| --- | --- | --- |")
         for name, took, size in timed_builds(args.builds):
             print(f"| {name} | {took:.1f} | {size} |")
         print()

@@ -16,6 +16,15 @@ inputs (a changed input is a new tag, so a stale image is never used):
   ``docker build --network none``). Its digest: the base image's id, the
   package list, the pins and the Dockerfile. Minutes to build, once
   (``scripts/build-images.sh``, run by ``.ci/run``).
+* ``rsi-bot/agents:<digest>``: that image plus the agent presets, each in
+  ``/opt/rsi/agents/<preset>``: venvs of aider and mini-swe-agent (from wheels
+  of the pins in ``scripts/agents-constraints/<preset>.txt``, built on the host)
+  and the native binaries of claude-code and codex (pinned npm packages,
+  ``scripts/agents-constraints/npm.txt``; fetched by ``scripts/setup-agents.sh``
+  into ``$RSI_AGENTS_VENV/<preset>`` with npm's integrity check, and copied from
+  there: no node in the image). Its digest: the python image's tag, the pins,
+  this machine's architecture and the Dockerfile. The build checks each binary
+  is the pinned version (``--version``, no network).
 * ``rsi-bot/runtime:<digest>``: that image plus this checkout's packages
   (``bot``, ``harness``, ``verifier``, ``kernels``: their ``.py`` files and
   package data, nothing else of the checkout), byte-compiled. Its digest: the
@@ -37,6 +46,7 @@ import functools
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -52,6 +62,10 @@ AGENTS_ROOT = "/opt/rsi/agents"
 """Where the agents image holds each agent preset's venv (``<root>/<preset>``)."""
 AGENTS = ("mini-swe-agent", "aider")
 """The presets with a venv of their own: ``scripts/agents-constraints/<preset>.txt`` pins all of it."""
+NPM_AGENTS = ("claude-code", "codex")
+"""The presets from npm: a native binary each, pinned in ``scripts/agents-constraints/npm.txt``."""
+NPM_ARCH = {"x86_64": ("x64", "x86_64"), "aarch64": ("arm64", "aarch64"), "arm64": ("arm64", "aarch64")}
+"""``uname -m`` -> the npm packages' ``{arch}`` and ``{march}`` (the only CPUs they are built for)."""
 DEBS = ("python3", "python-is-python3", "python3-pip", "ca-certificates")
 """Debian packages of the python image (with what they depend on beyond the base)."""
 EXTRAS = ("torch",)
@@ -78,7 +92,14 @@ RUN for a in {' '.join(AGENTS)}; do python3 -m venv --without-pip {AGENTS_ROOT}/
          -r /tmp/rsi-agents/$a.txt --find-links /tmp/rsi-agents/wheels || exit 1; done \\
  && rm -rf /tmp/rsi-agents && chmod -R a+rX {AGENTS_ROOT} \\
  && {AGENTS_ROOT}/mini-swe-agent/bin/mini --help >/dev/null && {AGENTS_ROOT}/aider/bin/aider --help >/dev/null
+COPY npm/ {AGENTS_ROOT}/
+RUN @NPM_CHECKS@
 """
+"""The venvs' step comes first and as it was (an image built before the npm
+agents joined reuses its layers); the binaries are copied with their mode
+(0755, root-owned) and only run: no layer rewrites them."""
+NPM_CHECK = ("HOME=/tmp/rsi-home {root}/{preset}/bin/{exe} --version </dev/null | grep -qwF {version} "
+             "|| {{ echo '{preset}: bin/{exe} is not version {version}' >&2; exit 1; }}")
 RUNTIME_DOCKERFILE = f"""FROM {{python}}
 COPY src/ {SITE}/
 RUN python3 -m compileall -q {' '.join(f'{SITE}/{p}' for p in PACKAGES)} \\
@@ -212,10 +233,82 @@ def _constraints(root: Path = ROOT) -> dict[str, str]:
                          "built from a checkout of rsi-bot (scripts/build-images.sh)") from None
 
 
+def agents_dir() -> Path:
+    """Where ``scripts/setup-agents.sh`` put the agents on this host
+    (``$RSI_AGENTS_VENV``, else the checkout's ``.agents-venv``): the npm
+    agents' binaries are copied into the agents image from there."""
+    explicit = os.environ.get("RSI_AGENTS_VENV")
+    return Path(explicit) if explicit else ROOT / ".agents-venv"
+
+
+def machine() -> str:
+    return os.uname().machine
+
+
+def npm_pins(root: Path = ROOT) -> dict[str, tuple[str, str, str]]:
+    """Each npm preset's ``(npm spec, executable, binary in node_modules)``
+    for this machine's CPU (``scripts/agents-constraints/npm.txt``)."""
+    path = root / "scripts" / "agents-constraints" / "npm.txt"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ImageError(f"the npm agents' pins are not here ({path}: {exc.strerror}): the agents image is "
+                         "built from a checkout of rsi-bot (scripts/build-images.sh)") from None
+    arch = NPM_ARCH.get(machine())
+    if arch is None:
+        raise ImageError(f"claude-code and codex have no build for this CPU ({machine()}): no agents image here")
+    out: dict[str, tuple[str, str, str]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if len(fields) != 4 or "@" not in fields[1][1:] or ".." in fields[3] or fields[3].startswith("/"):
+            raise ImageError(f"{path}: a line is 'preset npm-spec executable binary', not {line!r}")
+        preset, spec, exe, binary = fields
+        out[preset] = (spec, exe, binary.replace("{arch}", arch[0]).replace("{march}", arch[1]))
+    if sorted(out) != sorted(NPM_AGENTS):
+        raise ImageError(f"{path} pins {', '.join(sorted(out)) or 'nothing'}, not {', '.join(NPM_AGENTS)}")
+    return out
+
+
 def agents_tag(python: str, root: Path = ROOT) -> str:
-    """The agents image's tag: a digest of the python image's tag, the agents' pins and the Dockerfile."""
+    """The agents image's tag: a digest of the python image's tag, the agents'
+    pins (the venvs' and the npm binaries' for this CPU) and the Dockerfile."""
     pins = _constraints(root)
-    return f"{AGENTS_REPO}:{_digest(python, AGENTS_DOCKERFILE, *(x for a in AGENTS for x in (a, pins[a])))}"
+    npm = npm_pins(root)
+    parts = [python, AGENTS_DOCKERFILE, NPM_CHECK, machine(), *(x for a in AGENTS for x in (a, pins[a])),
+             *(x for a in NPM_AGENTS for x in (a, *npm[a]))]
+    return f"{AGENTS_REPO}:{_digest(*parts)}"
+
+
+def _npm_binaries(dest: Path, root: Path) -> list[str]:
+    """Each npm preset's pinned binary, from :func:`agents_dir`, into
+    ``dest/<preset>/bin/<exe>`` (mode 0755); the build's version checks.
+    :class:`ImageError` naming what to run when one is missing or not the pin."""
+    checks = []
+    for preset, (spec, exe, binary) in npm_pins(root).items():
+        home = agents_dir() / preset
+        src = home / "node_modules" / binary
+        try:
+            stamp = (home / ".rsi-installed").read_text().strip()
+        except OSError:
+            stamp = ""
+        if stamp != f"{spec} {binary}" or src.is_symlink() or not src.is_file():
+            raise ImageError(f"{preset} ({spec}) is not installed in {home} for the agents image: run "
+                             "scripts/setup-agents.sh (it needs npm: apt-get install npm), with RSI_AGENTS_VENV "
+                             "set as it is here")
+        target = dest / preset / "bin" / exe
+        target.parent.mkdir(parents=True)
+        try:  # the context is only read: a link where it can be (300+ MB each), the mode the image needs
+            if src.stat().st_mode & 0o7777 != 0o755:
+                raise OSError("not mode 0755")
+            os.link(src, target)
+        except OSError:
+            shutil.copyfile(src, target)
+            os.chmod(target, 0o755)
+        checks.append(NPM_CHECK.format(root=AGENTS_ROOT, preset=preset, exe=exe,
+                                       version=shlex.quote(spec.rsplit("@", 1)[1])))
+    return checks
 
 
 def _base_id() -> str:
@@ -369,7 +462,9 @@ def build_agents(python: str, *, root: Path = ROOT, timeout: float = 3600, tag: 
                     raise ImageError(f"pip wheel of {agent}'s pins failed: {got.stderr[-1500:]}")
             for w in wheels.glob("*.whl"):
                 shutil.copy2(w, ctx / "agents" / "wheels" / w.name)
-            (ctx / "Dockerfile").write_text(AGENTS_DOCKERFILE.format(python=python))
+            checks = _npm_binaries(ctx / "npm", root)
+            (ctx / "Dockerfile").write_text(AGENTS_DOCKERFILE.format(python=python).replace(
+                "@NPM_CHECKS@", " \\\n && ".join([*checks, "rm -rf /tmp/rsi-home"])))
             _build(tag, ctx, timeout, no_cache)
     return tag
 

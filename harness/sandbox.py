@@ -53,10 +53,10 @@ from harness.containers import python_executable as python_executable
 from harness.containers import sandbox_path as sandbox_path
 from harness.egress import Egress, EgressInfo
 from harness.gateway import ALIAS as GATEWAY_ALIAS
-from harness.gateway import Gateway, GatewayRoute, upstream_host
+from harness.gateway import Gateway, GatewayRoute, check_allowed_hosts, upstream_host
 from harness.images import ensure_runtime, sandbox_image
 from harness.leaks import redact as _redact
-from harness.sections import RunnerProfile
+from harness.sections import RunnerProfile, no_wildcard_over_model_api
 
 SANDBOX_UID = "1000:1000"
 NPU_CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
@@ -254,15 +254,19 @@ def _tail(container, limit: int) -> tuple[bytes, int]:
 def _egress(job: SandboxJob, profile: RunnerProfile, gateway: GatewayRoute | None, client,
             upstream_networks: list[str]) -> Egress | None:
     """The run's egress (its internal network, and a proxy for the allowed
-    hosts other than the model gateway's upstream), or None without network."""
+    hosts other than the model gateway's upstream), or None without network.
+    ``ValueError`` (the run's error) when a wildcard of the profile's
+    ``allowed_hosts`` covers a model API's host (the gateway's upstream, or a
+    base URL the profile's ``env`` names), or the upstream is not named
+    exactly: the agent could reach it around the gateway. Checked here, on
+    every run, whatever made the profile (:func:`harness.gateway.check_allowed_hosts`)."""
     if not job.network:
         return None
-    hosts = list(profile.allowed_hosts)
+    hosts = [h.strip().lower().rstrip(".") for h in profile.allowed_hosts]
+    no_wildcard_over_model_api(profile.env, hosts)
     if gateway is not None:
+        check_allowed_hosts(gateway.upstream, hosts)
         up = upstream_host(gateway.upstream)
-        if not any(up == h or (h.startswith("*.") and up.endswith(h[1:])) for h in hosts):
-            raise ValueError(f"the model API host {up!r} (OPENAI_API_BASE) is not in the runner "
-                             "profile's allowed_hosts")
         hosts = [h for h in hosts if h != up]  # the model is reached through the gateway only
     elif not hosts:
         raise ValueError("an egress proxy needs at least one allowed host")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -35,6 +36,36 @@ def check_hosts(hosts: Iterable[str]) -> list[str]:
                 "'*.example.com' (no scheme, port, path or IP address)")
         out.append(name)
     return out
+
+
+MODEL_BASE_ENV = ("OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE")
+"""The runner profile ``env`` names of a model API's base URL (the model gateway's upstream)."""
+
+
+def wildcard_over(host: str, allowed: Iterable[str]) -> str | None:
+    """The first wildcard of ``allowed`` that covers ``host`` (``*.example.com``
+    covers ``api.example.com`` and ``example.com``), or None."""
+    host = host.strip().lower().rstrip(".")
+    for h in allowed:
+        name = str(h).strip().lower().rstrip(".")
+        if host and name.startswith("*.") and (host.endswith(name[1:]) or host == name[2:]):
+            return name
+    return None
+
+
+def no_wildcard_over_model_api(env: dict[str, str], allowed: Iterable[str]) -> None:
+    """``ValueError`` when a wildcard of ``allowed`` covers the host of a model
+    API base URL that ``env`` names (:data:`MODEL_BASE_ENV`): the agent could
+    reach it around the model gateway, which holds the key and meters every call."""
+    allowed = list(allowed)
+    for name in MODEL_BASE_ENV:
+        up = (urlsplit(env[name]).hostname or "").lower() if env.get(name) else ""
+        h = wildcard_over(up, allowed)
+        if h:
+            raise ValueError(
+                f"allowed host {h!r} covers the model API's host {up!r} ({name}): the agent could "
+                "reach it around the model gateway, which holds the key and meters every call; "
+                f"list {up!r} by its exact name and no wildcard over it")
 
 
 class _Model(BaseModel):
@@ -226,6 +257,7 @@ class RunnerProfile(_Model):
             raise ValueError("network = true needs allowed_hosts, the hosts the agent may "
                              "reach (e.g. allowed_hosts = [\"api.anthropic.com\"])")
         self.allowed_hosts = check_hosts(self.allowed_hosts)
+        no_wildcard_over_model_api(self.env, self.allowed_hosts)
         if self.allowed_hosts:
             self.network = True
         if self.device in ("cuda", "npu") and not self.devices:

@@ -7,6 +7,11 @@
 #                             download on this host, at the venv's versions)
 #   rsi-bot/agents:<digest>   + the agent presets' venvs (pip wheel of
 #                             scripts/agents-constraints/*.txt on this host)
+#                             and claude-code's and codex's native binaries
+#                             (scripts/agents-constraints/npm.txt), copied from
+#                             scripts/setup-agents.sh's npm install
+#                             ($RSI_AGENTS_VENV, else .agents-venv: run
+#                             `make agents` first)
 #   rsi-bot/runtime:<digest>  + this checkout's packages (seconds; also made on
 #                             first use after a change)
 #

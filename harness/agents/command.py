@@ -7,29 +7,35 @@ other writable dir is its scratch dir at ``/rsi/out``, where it writes its
 one-line hypothesis (``/rsi/out/hypothesis.txt``; or it prints a line
 ``RSI-HYPOTHESIS: ...``). The host reads the hypothesis without following
 links, from regular files only, size-capped; the log is the container's
-output, written by the host into its own dir. The API key and any other variables named by the
-preset or ``[agent] env`` are read from the runner's environment and passed to
-the container; their values are redacted from every log and never written to
-the state dir or the ledger. Network is on only when the runner profile says
-``network = true`` (the agent's model API).
+output, written by the host into its own dir. A preset with network reaches its
+model through the model gateway only (:mod:`harness.gateway`: claude-code
+speaks Anthropic messages, the others OpenAI; :meth:`CommandAgent.route`), which
+holds the key: no variable with a secret-like name reaches a preset's
+container. A custom ``command`` goes through the gateway when the profile's
+``env`` names a base URL; else the variables named in ``[agent] env`` are read
+from the runner's environment and passed to it. Every secret is redacted from
+every log and never written to the state dir or the ledger. Network is on only
+when the runner profile says ``network = true`` (the agent's model API).
 
 Presets (override any with ``[agent] command``):
 
 ==============  ==============================================================
 claude-code     ``claude -p "$(cat TASK.md)" --dangerously-skip-permissions``
-codex           ``codex exec --full-auto --skip-git-repo-check "$(cat TASK.md)"``
-aider           ``aider --yes-always --no-git --no-stream ... --message-file TASK.md``
+codex           ``codex exec --dangerously-bypass-approvals-and-sandbox ...`` (in our sandbox)
+aider           ``aider --yes-always --no-git --stream ... --message-file TASK.md``
 mini-swe-agent  ``mini --yolo --exit-immediately -o /rsi/out/trajectory.json -t ...``
 ==============  ==============================================================
 
-``aider`` and ``mini-swe-agent`` run from their venvs in the agents image
-(:mod:`harness.images`: ``/opt/rsi/agents/<preset>``, built from the pins in
-``scripts/agents-constraints/``), its ``bin`` first on ``PATH``: nothing of the
-host is mounted but the agent's tree, TASK.md and its scratch dir. Each
-preset sets the non-secret variables its agent needs to run unattended (no
-first-run wizard, no update checks, no price-table download). The model API
-is reached through the egress proxy only; an OpenAI-compatible endpoint is
-named with ``OPENAI_API_BASE`` in the runner profile's ``env``.
+Each runs from the agents image (:mod:`harness.images`: ``/opt/rsi/agents/<preset>``),
+its ``bin`` first on ``PATH``: a venv for aider and mini-swe-agent (built from
+the pins in ``scripts/agents-constraints/``), the npm packages' native binaries
+for claude-code and codex (pinned in ``scripts/agents-constraints/npm.txt``,
+fetched by ``scripts/setup-agents.sh``; no node needed). Nothing of the host is
+mounted but the agent's tree, TASK.md and its scratch dir. Each preset sets the
+non-secret variables its agent needs to run unattended (no first-run wizard,
+no update checks, telemetry or price-table download). The model API is named
+in the runner profile's ``env`` (``OPENAI_API_BASE``, ``ANTHROPIC_BASE_URL``;
+else the provider's own) and reached through the gateway only.
 
 Usage (tokens in and out, from the endpoint's OpenAI ``usage``): read from
 mini-swe-agent's trajectory (every response as the API returned it) and from
@@ -54,7 +60,7 @@ from pathlib import Path
 from harness import images, leaks, sandbox
 from harness.agents.base import AgentContext, AgentOutcome, UnsafeFile, read_agent_file
 from harness.agents.usage import read_usage
-from harness.gateway import GatewayRoute
+from harness.gateway import GatewayRoute, check_allowed_hosts
 from harness.leaks import SECRET_NAME, host_secrets
 from harness.ledger import Usage
 from harness.sections import RunnerProfile
@@ -67,14 +73,10 @@ HYPOTHESIS_FILE = "hypothesis.txt"
 HYPOTHESIS_MARK = "RSI-HYPOTHESIS:"
 
 
-AGENTS_VENV = Path(__file__).resolve().parents[2] / ".agents-venv"
-
-
 def agents_venv(preset: str) -> Path:
-    """Where ``scripts/setup-agents.sh`` put a preset's venv on the host (for
-    trying an agent by hand; containers run the agents image's own venvs)."""
-    root = os.environ.get("RSI_AGENTS_VENV")
-    return (Path(root) if root else AGENTS_VENV) / preset
+    """Where ``scripts/setup-agents.sh`` put a preset on the host (for trying an
+    agent by hand; containers run the agents image, :func:`harness.images.agents_dir`)."""
+    return images.agents_dir() / preset
 
 
 _LITELLM_OFFLINE = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
@@ -89,24 +91,47 @@ class Preset:
     fixed_env: tuple[tuple[str, str], ...] = ()
     """Non-secret variables that make the agent run unattended."""
     venv: bool = False
-    """Runs from its agents venv (scripts/setup-agents.sh)."""
+    """Runs from its dir in the agents image (:data:`harness.images.AGENTS_ROOT`)."""
     usage: str = ""
     """How its token usage is read: ``mini-trajectory`` | ``aider-report``."""
+    api: str = "openai"
+    """The model API it speaks through the gateway: ``openai`` | ``anthropic``."""
+
+
+DEFAULT_UPSTREAMS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1"}
+"""Where a preset's model API is when the runner profile's ``env`` names no base URL."""
+UPSTREAM_ENV = {"openai": (("OPENAI_API_BASE", "OPENAI_BASE_URL"), "OPENAI_API_KEY"),
+                "anthropic": (("ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE"), "ANTHROPIC_API_KEY")}
+"""Per API: the profile ``env`` names of its base URL, and the runner's variable holding its key."""
+
+_NODE_QUIET = {  # no update checks, telemetry, error reports or other calls beside the model's
+    "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
+    "CLAUDE_CONFIG_DIR": "/tmp/home/.claude", "NO_UPDATE_NOTIFIER": "1",
+}
 
 
 PRESETS: dict[str, Preset] = {
     "claude-code": Preset(
         'claude -p "$(cat {task_file})" --dangerously-skip-permissions --output-format text {model_flag}',
         ("ANTHROPIC_API_KEY",),
+        fixed_env=tuple(_NODE_QUIET.items()),
+        venv=True,
+        api="anthropic",
     ),
     "codex": Preset(
-        'codex exec --full-auto --skip-git-repo-check {model_flag} "$(cat {task_file})"',
+        'codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check --ephemeral --color never '
+        '{model_flag} -c model_provider=rsi -c model_providers.rsi.name=rsi '
+        '-c "model_providers.rsi.base_url=\\"$OPENAI_BASE_URL\\"" -c model_providers.rsi.env_key=OPENAI_API_KEY '
+        '-c model_providers.rsi.wire_api=responses "$(cat {task_file})"',
         ("OPENAI_API_KEY",),
         model_flag="-m",
+        fixed_env=tuple(_NODE_QUIET.items()),
+        venv=True,
     ),
     "aider": Preset(
         "aider --yes-always --no-git --no-auto-commits --no-check-update --no-show-model-warnings "
-        "--no-show-release-notes --analytics-disable --no-stream --no-pretty --no-fancy-input "
+        "--no-show-release-notes --analytics-disable --stream --no-pretty --no-fancy-input "
         "--map-tokens 0 --edit-format diff --no-auto-lint --no-detect-urls --input-history-file /tmp/aider.input.history "
         "--chat-history-file {out_dir}/aider.chat.md --llm-history-file /tmp/aider.llm.history "
         "{model_flag} --message-file {task_file}",
@@ -165,6 +190,10 @@ class CommandAgent:
     venv: str | None = None
     """The agents image's venv of this preset (its bin first on PATH); the run then uses the agents image."""
     usage: str = ""
+    api: str | None = None
+    """The model API a preset speaks (``openai``/``anthropic``): it always runs
+    behind the gateway. None (a custom ``command``): behind the gateway when the
+    profile's ``env`` names a base URL."""
     upstream_networks: tuple[str, ...] = ("bridge",)
     """Where the egress proxy reaches the model API from (tests: the fake model's network)."""
 
@@ -174,7 +203,7 @@ class CommandAgent:
         env = tuple(dict.fromkeys([*p.env, *kw.pop("env_names", ())]))
         return cls(template=p.command, env_names=env, model_flag=p.model_flag, name=kind,
                    fixed_env=dict(p.fixed_env), venv=f"{images.AGENTS_ROOT}/{kind}" if p.venv else None,
-                   usage=p.usage, **kw)
+                   usage=p.usage, api=p.api, **kw)
 
     def _venv_parts(self) -> tuple[list[sandbox.Mount], dict[str, str]]:
         if self.venv is None:
@@ -217,17 +246,33 @@ class CommandAgent:
             network=network,
         )
 
+    def upstream(self, profile: RunnerProfile) -> tuple[str, str] | None:
+        """(the model API's base URL, the runner variable holding its key) of
+        this agent, or None when it runs without the gateway."""
+        for api in ([self.api] if self.api else list(UPSTREAM_ENV)):
+            names, key_name = UPSTREAM_ENV[api]
+            base = next((profile.env[n] for n in names if profile.env.get(n)), "")
+            if base or self.api:
+                base = (base or DEFAULT_UPSTREAMS[api]).rstrip("/")
+                if api == "anthropic" and not base.endswith("/v1"):  # Anthropic's base URLs omit it
+                    base += "/v1"
+                return base, key_name
+        return None
+
     def route(self, ctx: AgentContext, profile: RunnerProfile, source) -> GatewayRoute | None:
-        """The model gateway's route for this run: when the profile names an
-        OpenAI-compatible endpoint (``env.OPENAI_API_BASE``) and has network.
-        It holds the key (``OPENAI_API_KEY`` of the runner's environment) and
-        what is left of the task's token and cost budgets."""
-        base = profile.env.get("OPENAI_API_BASE") or profile.env.get("OPENAI_BASE_URL")
-        if not (profile.network and base):
+        """The model gateway's route for this run (with network): the model
+        API's base URL (the profile's ``env``, else the preset's default), its
+        key (read from the runner's environment; the gateway alone holds it)
+        and what is left of the task's token and cost budgets. ``ValueError``
+        when the profile's ``allowed_hosts`` would let the agent around it."""
+        up = self.upstream(profile) if profile.network else None
+        if up is None:
             return None
+        base, key_name = up
+        check_allowed_hosts(base, profile.allowed_hosts)
         a, spent = ctx.spec.agent, ctx.spent or Usage()
         return GatewayRoute(
-            upstream=base, key=source.get("OPENAI_API_KEY", ""),
+            upstream=base, key=source.get(key_name, ""),
             max_tokens=None if a.max_tokens is None else max(0, a.max_tokens - spent.tokens),
             max_cost_usd=None if a.max_cost_usd is None else max(0.0, a.max_cost_usd - (spent.cost_usd or 0)),
             price_in_per_mtok=a.price_in_per_mtok, price_out_per_mtok=a.price_out_per_mtok)
@@ -238,8 +283,11 @@ class CommandAgent:
         source = self.environ if self.environ is not None else os.environ
         hidden = {ctx.spec.verify.hidden.seed_env, *ctx.spec.verify.hidden.env}  # verifier-only, never an agent's
         passed = {n: source[n] for n in self.env_names if source.get(n) and n not in hidden}
-        route = self.route(ctx, profile, source)
-        if route is not None:  # the gateway holds the key: the agent gets no secret at all
+        try:
+            route = self.route(ctx, profile, source)
+        except ValueError as exc:
+            return AgentOutcome(error=f"{self.name}: {exc}", duration_s=time.monotonic() - t0)
+        if route is not None or self.api:  # the gateway holds the key: a preset gets no secret at all
             passed = {n: v for n, v in passed.items() if not SECRET_NAME.search(n)}
         # every secret the host holds, looked for in everything the agent wrote (harness.leaks)
         held = list(dict.fromkeys([*passed.values(), *(source.get(n, "") for n in self.env_names),
@@ -271,15 +319,16 @@ class CommandAgent:
         out = AgentOutcome(hypothesis=hyp or f"{self.name}: (no hypothesis given)", log=log,
                            duration_s=time.monotonic() - t0, usage=used)
         carried += scrub_secrets(ctx.worktree, held)
+        refused = (res.gateway or {}).get("refused") if route is not None else 0
         if res.error:
             out.error = f"agent container failed to run: {res.error}"
+        elif refused:  # the cause, also of a timeout or an exit after it (an agent that retried the refusals)
+            out.error = (f"the model gateway refused {refused} call(s): "
+                         f"{(res.gateway or {}).get('refusal') or 'budget spent'}")
         elif res.timed_out:
             out.error = f"agent timed out after {ctx.timeout_s:g} s"
         elif res.oom_killed:
             out.error = f"agent was killed: out of memory (limit {profile.memory})"
-        elif route is not None and (meter := res.gateway or {}).get("refused"):
-            out.error = (f"the model gateway refused {meter['refused']} call(s): "
-                         f"{meter.get('refusal') or 'budget spent'}")
         elif res.exit_code != 0:
             tail = log.strip().splitlines()[-5:]
             out.error = f"agent exited with code {res.exit_code}: " + " | ".join(tail)[-500:]

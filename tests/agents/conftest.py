@@ -1,7 +1,9 @@
-"""Real agent programs (mini-swe-agent, aider) in the real sandbox, talking to
-the scripted model server through the egress proxy. Docker-marked; they also
-need the agents venvs (``scripts/setup-agents.sh``): missing venvs skip, or
-fail where ``RSI_REQUIRE_DOCKER=1`` (CI)."""
+"""Real agent programs (mini-swe-agent, aider, claude-code, codex) in the real
+sandbox, talking to the scripted model server through the model gateway.
+Docker-marked; they also need the agents image (``scripts/setup-agents.sh``,
+then ``scripts/build-images.sh``: the four presets are its content, nothing of
+the host is mounted): a missing image skips, or fails where
+``RSI_REQUIRE_DOCKER=1`` (CI)."""
 
 from __future__ import annotations
 
@@ -9,15 +11,16 @@ import os
 
 import pytest
 
-from harness.agents.command import agents_venv
+from harness import images
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("docker") is None:
         return
-    missing = [p for p in ("mini-swe-agent", "aider") if not (agents_venv(p) / ".rsi-installed").is_file()]
-    if missing:
-        reason = f"agents venvs missing ({', '.join(missing)}): run scripts/setup-agents.sh"
+    try:
+        images.agents_image()
+    except images.ImageError as exc:
+        reason = f"no agents image: {exc}"
         if os.environ.get("RSI_REQUIRE_DOCKER") == "1":
             pytest.fail(reason)
         pytest.skip(reason)

@@ -34,3 +34,15 @@ SCRIPTS: dict[str, list[dict]] = {
                                         "echo 'precompute a table' > \"$RSI_HYPOTHESIS_FILE\""}, FINISH],
     "mini-forever": [READ_TASK, {"bash": "sleep 2; echo still thinking"}],
 }
+
+# claude-code (Anthropic messages, streamed) and codex (OpenAI responses,
+# streamed) get the same edit as a call of their own shell tool (``Bash``;
+# codex's ``shell``/``shell_command``/``exec_command``), then a final text
+DONE = {"content": "Done: cut delay_ms from 250 to 170.", "usage": {"prompt_tokens": 1500, "completion_tokens": 25}}
+NPM_USAGE = {"prompt_tokens": 1100, "completion_tokens": 45, "cached": 600}
+SCRIPTS.update({
+    "cc-ok": [{"content": "I will lower the delay.", "bash": FASTER, "usage": NPM_USAGE}, DONE],
+    "codex-ok": [{"bash": FASTER, "usage": NPM_USAGE}, DONE],
+    "cc-budget": [{"bash": "echo should never run", "usage": NPM_USAGE}, DONE],
+    "codex-budget": [{"bash": "echo should never run", "usage": NPM_USAGE}, DONE],
+})

@@ -1,7 +1,12 @@
-"""mini-swe-agent and aider, for real: each runs in the sandbox through the
-``command`` agent path, reads TASK.md, edits the target through its own tools,
-and talks to the scripted model server only through the egress proxy. Its
-edit goes through the edit policy and the verifier like any candidate."""
+"""mini-swe-agent, aider, claude-code and codex, for real: each runs in the
+sandbox through the ``command`` agent path, reads TASK.md, edits the target
+through its own tools, and talks to the scripted model server only through the
+model gateway (which holds the key and meters every call). Its edit goes
+through the edit policy and the verifier like any candidate. claude-code
+speaks Anthropic messages and codex OpenAI responses, both streamed; their
+binaries come from npm (scripts/setup-agents.sh) into the agents image
+(harness/images.py), like the other two's venvs: no image, they skip, or fail
+where ``RSI_REQUIRE_DOCKER=1`` (CI; conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +22,14 @@ from harness.ledger import Ledger
 from harness.loop import load_state, run_task
 from harness.spec import load_task
 from tests.fakemodel.fixture import HOST, PORT, FakeModel
+from tests.fakemodel.server import upstream_billed
 from tests.harness.target import CONFIG, make_target
 
-from .scripts import FINISH, MINI_USAGE, READ_TASK, SCRIPTS
+from .scripts import FINISH, MINI_USAGE, NPM_USAGE, READ_TASK, SCRIPTS
 
 pytestmark = pytest.mark.docker
 
-# drawn per session: the key is in no file the agent could read (the project's source is mounted)
+# drawn per session: the key is in no file the agent could read (nothing of the host is mounted but the run's files)
 API_KEY = "sk-rsi-test-" + secrets.token_hex(8)
 REVERSED = API_KEY[::-1]
 # the agent looks for the key everywhere it can read (its env, PID 1's env, the files of the run;
@@ -37,9 +43,14 @@ SNOOP = (
     "print('FOUND:'+' '.join(hits) if hits else 'NOWHERE'); print('KEY-IN-ENV' if k in str(os.environ) else 'NOT-IN-ENV')\"; "
     "echo SNOOP-DONE"
 )
-# a prompt injection that knows the key: reversed into the hypothesis, base64 into a file
+# a prompt injection that knows the key: reversed into the hypothesis, base64 into a file. The
+# model's answer carries it in a cipher of its own (each character shifted by one): the gateway
+# redacts every disguise harness.leaks knows from the model's answers, halves of the key included,
+# so only a form it cannot know gets the key to the agent (what this test needs: an agent that
+# learned the key); what the agent then writes is a known disguise, found on the way out
+SHIFTED = "".join(chr(ord(c) + 1) for c in API_KEY)
 DISGUISE = (
-    f"python -c \"import base64; k='{REVERSED}'[::-1]; "
+    f"python -c \"import base64; k=''.join(chr(ord(c) - 1) for c in '{SHIFTED}'); "
     "open('app/notes.b64','w').write(base64.b64encode(('api_key = ' + repr(k)).encode()).decode()); "
     "open('/rsi/out/hypothesis.txt','w').write('tuned ' + k[::-1])\""
 )
@@ -51,7 +62,8 @@ GATEWAY_SCRIPTS = {
 }
 
 
-def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 120, extra: str = "") -> str:
+def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 120, extra: str = "",
+                 base_env: str = "OPENAI_API_BASE", base_path: str = "/v1", prefix: str = "openai/") -> str:
     # the verifier's default guards (peak RSS within 2%...) only add noise to a sleep-bound target
     # and a loaded 2-core CI box must not refuse the task at calibration: the change is +47%,
     # so min_gain 20% with up to 12 pairs (a clear gain still stops at the first look, 6 pairs)
@@ -61,7 +73,7 @@ def agent_config(kind: str, model: str, *, host: str = HOST, timeout_s: int = 12
     return base + f'''
 [agent]
 kind = "{kind}"
-model = "openai/{model}"
+model = "{prefix}{model}"
 rounds = 2
 round_timeout_s = {timeout_s}
 max_straight_rejections = 3
@@ -75,7 +87,7 @@ profile = "agent"
 cpus = 1.0
 memory = "2g"
 allowed_hosts = ["{host}"]
-env = {{ OPENAI_API_BASE = "http://{host}:{PORT}/v1" }}
+env = {{ {base_env} = "http://{host}:{PORT}{base_path}" }}
 '''
 
 
@@ -92,7 +104,7 @@ def run_agent(tmp_path: Path, fm: FakeModel, kind: str, model: str, *, verifier:
     repo = make_target(tmp_path, python=python, delay_ms=250, config=agent_config(kind, model, **cfg))
     spec = load_task(repo, None, f"t-{model}")
     agent = make_agent(spec)
-    agent.environ = {"OPENAI_API_KEY": API_KEY}
+    agent.environ = {"OPENAI_API_KEY": API_KEY, "ANTHROPIC_API_KEY": API_KEY}
     agent.upstream_networks = (fm.network_name,)
     events: list = []
     res = run_task(repo, spec, state_dir=tmp_path / "state", agent=agent, rounds=rounds,
@@ -101,11 +113,17 @@ def run_agent(tmp_path: Path, fm: FakeModel, kind: str, model: str, *, verifier:
     return repo, res, Ledger(repo).records(), events
 
 
-def keep_record(tmp_path: Path, name: str, rec) -> None:
-    """The round's ledger record, as JSON (into ``$RSI_AGENT_RECORDS`` when set)."""
+def keep_record(tmp_path: Path, name: str, rec, seen: list[dict] | None = None) -> None:
+    """The round's ledger record, as JSON (into ``$RSI_AGENT_RECORDS`` when set),
+    with what the upstream saw and billed (``seen``: its request log)."""
+    import json
+
     out = Path(os.environ.get("RSI_AGENT_RECORDS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}-record.json").write_text(rec.model_dump_json(by_alias=True, indent=1))
+    if seen is not None:
+        routes = sorted({(r["route"], r["stream"]) for r in seen})
+        (out / f"{name}-upstream.json").write_text(json.dumps({"routes": routes, **upstream_billed(seen)}))
 
 
 def no_secret_anywhere(tmp_path: Path, repo: Path, events: list, *, disguised: bool = False) -> None:
@@ -142,9 +160,10 @@ def test_mini_swe_agent_makes_a_verified_candidate(tmp_path: Path, fakemodel: Fa
     assert load_state(tmp_path / "state").spent.tokens == 3720
     seen = fakemodel.requests("mini-ok")
     assert len(seen) == 3 and all(r["key_ok"] for r in seen)
+    assert upstream_billed(seen) == MINI_USAGE  # the ledger's usage is the upstream's, exactly
     # the agent read TASK.md with its own tool: the output of `cat` went back to the model
     assert any("make `speed` faster" in m for m in seen[1]["messages"])
-    keep_record(tmp_path, "mini-swe-agent", rec)
+    keep_record(tmp_path, "mini-swe-agent", rec, seen)
 
 
 def test_aider_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
@@ -156,11 +175,13 @@ def test_aider_makes_a_verified_candidate(tmp_path: Path, fakemodel: FakeModel):
     assert rec.files == ["app/settings.toml"], rec.files  # no .aider* files in the candidate
     assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == \
         {"calls": 1, "tokens_in": 900, "tokens_out": 40}
-    assert rec.usage.source == "gateway" and rec.usage.reported == {"calls": 1, "tokens_in": 900, "tokens_out": 40}
+    # aider streams: its own report is its tokenizer's estimate; the gateway's meter is the upstream's count
+    assert rec.usage.source == "gateway" and rec.usage.reported and rec.usage.reported["calls"] == 1
     seen = fakemodel.requests("aider-ok")
-    assert len(seen) == 1 and seen[0]["key_ok"]
+    assert len(seen) == 1 and seen[0]["key_ok"] and seen[0]["stream"]
+    assert upstream_billed(seen) == {"calls": 1, "tokens_in": 900, "tokens_out": 40}
     assert any("make `speed` faster" in m for m in seen[0]["messages"])  # TASK.md is aider's message
-    keep_record(tmp_path, "aider", rec)
+    keep_record(tmp_path, "aider", rec, seen)
 
 
 def test_protected_file_edit_is_rejected(tmp_path: Path, fakemodel: FakeModel):
@@ -250,3 +271,50 @@ def test_aider_without_a_model_reply_is_an_error_round_not_a_no_change(tmp_path:
     (c,) = res.candidates
     assert c.decision == "error" and "no reply from its model API" in c.reason, c.reason
     assert len(fakemodel.requests("aider-refused")) == 1
+
+
+# ---- the npm CLIs: claude-code (Anthropic messages) and codex (OpenAI responses) -------------
+
+NPM = {"claude-code": {"base_env": "ANTHROPIC_BASE_URL", "base_path": "", "prefix": "", "model": "cc"},
+       "codex": {"base_env": "OPENAI_BASE_URL", "base_path": "/v1", "prefix": "", "model": "codex"}}
+
+
+def run_npm_agent(tmp_path: Path, fm: FakeModel, kind: str, script: str, **cfg):
+    n = NPM[kind]
+    return run_agent(tmp_path, fm, kind, f"{n['model']}-{script}", base_env=n["base_env"], base_path=n["base_path"],
+                     prefix=n["prefix"], **cfg)
+
+
+@pytest.mark.parametrize("kind", ["claude-code", "codex"])
+def test_npm_agent_makes_a_verified_candidate_through_the_gateway(tmp_path: Path, fakemodel: FakeModel, kind: str):
+    """The real CLI edits the checkout with its own shell tool; every call is a
+    stream of its provider's wire format, metered by the gateway exactly as the
+    upstream billed it (Anthropic's cached input included)."""
+    repo, res, recs, events = run_npm_agent(tmp_path, fakemodel, kind, "ok", verifier="sandbox")
+    (c,) = res.candidates
+    seen = fakemodel.requests(f"{NPM[kind]['model']}-ok")
+    route = "messages" if kind == "claude-code" else "responses"
+    assert c.decision == "accept", c.reason
+    assert c.hypothesis.startswith("cut the per-request delay")
+    assert len(seen) >= 2 and all(r["key_ok"] and r["route"] == route and r["stream"] for r in seen), seen
+    rec = recs[0]
+    assert rec.files == ["app/settings.toml"], rec.files
+    assert rec.usage.source == "gateway"
+    billed = upstream_billed(fakemodel.requests(f"{NPM[kind]['model']}-ok"))
+    assert rec.usage.model_dump(include={"calls", "tokens_in", "tokens_out"}) == billed
+    assert billed["tokens_in"] >= NPM_USAGE["prompt_tokens"] + 1500
+    no_secret_anywhere(tmp_path, repo, events)
+    keep_record(tmp_path, kind, rec, fakemodel.requests(f"{NPM[kind]['model']}-ok"))
+
+
+@pytest.mark.parametrize("kind", ["claude-code", "codex"])
+def test_npm_agent_is_stopped_by_the_budget(tmp_path: Path, fakemodel: FakeModel, kind: str):
+    """1,000 tokens: the first call (1,145 billed) goes through, the next is
+    refused by the gateway, and the round is an error naming the budget."""
+    _, res, recs, _ = run_npm_agent(tmp_path, fakemodel, kind, "budget", extra="max_tokens = 1000\n", rounds=2)
+    (c,) = res.candidates
+    assert c.decision == "error" and "the model gateway refused" in c.reason, c.reason
+    assert "token budget spent: 1,145 tokens used this round, 1,000 were left" in c.reason, c.reason
+    billed = upstream_billed(fakemodel.requests(f"{NPM[kind]['model']}-budget"))
+    assert recs[0].usage.source == "gateway" and recs[0].usage.tokens == billed["tokens_in"] + billed["tokens_out"]
+    assert billed["calls"] == 1

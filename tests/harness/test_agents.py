@@ -116,7 +116,7 @@ def test_presets_render():
     assert line.startswith('claude -p "$(cat /rsi/TASK.md)"') and "--model claude-x" in line
     assert "ANTHROPIC_API_KEY" in PRESETS["claude-code"].env
     assert "--message-file /rsi/TASK.md" in render_command(PRESETS["aider"].command, model=None)
-    assert render_command(PRESETS["codex"].command, model="o4", model_flag=PRESETS["codex"].model_flag).startswith("codex exec --full-auto --skip-git-repo-check -m o4")
+    assert render_command(PRESETS["codex"].command, model="o4", model_flag=PRESETS["codex"].model_flag).startswith("codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check --ephemeral --color never -m o4")
     assert "-t \"$(cat /rsi/TASK.md)\"" in render_command(PRESETS["mini-swe-agent"].command, model=None)
     cfg = CONFIG.replace("{python}", "python").replace('kind = "tuner"\n', 'kind = "tuner"\nallowed_kinds = ["tuner", "claude-code"]\n')
     spec = build_task(cfg, "```toml\n[agent]\nkind = \"claude-code\"\n```", "t")

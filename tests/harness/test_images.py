@@ -116,3 +116,71 @@ def test_the_runtime_image_is_built_from_its_inputs_and_holds_python(tmp_path: P
         assert out.stdout.strip() == "(3, 11) built from this tree"
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def _agents_checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "scripts" / "agents-constraints", root / "scripts" / "agents-constraints")
+    return root
+
+
+def test_the_agents_tag_covers_the_npm_agents_pins(tmp_path: Path):
+    """claude-code and codex are image content: a new pin of either (or of its
+    binary's path) is a new agents image, never the old one found again."""
+    root = _agents_checkout(tmp_path)
+    tag = images.agents_tag("rsi-bot/python:x", root)
+    assert tag == images.agents_tag("rsi-bot/python:x", root)
+    npm = root / "scripts" / "agents-constraints" / "npm.txt"
+    npm.write_text(npm.read_text().replace("@openai/codex@0.171.0", "@openai/codex@0.172.0"))
+    assert images.agents_tag("rsi-bot/python:x", root) != tag
+    assert images.npm_pins(root)["codex"][0] == "@openai/codex@0.172.0"
+    npm.unlink()
+    with pytest.raises(images.ImageError, match="npm agents' pins are not here"):
+        images.agents_tag("rsi-bot/python:x", root)
+
+
+@pytest.mark.parametrize("line, why", [
+    ("claude-code @anthropic-ai/claude-code@2.1.332 claude", "a line is 'preset npm-spec"),
+    ("claude-code @anthropic-ai/claude-code@2.1.332 claude ../../../etc/passwd", "a line is 'preset npm-spec"),
+    ("claude-code @anthropic-ai/claude-code@2.1.332 claude /bin/sh", "a line is 'preset npm-spec"),
+    ("claude-code @anthropic-ai/claude-code claude x/claude", "a line is 'preset npm-spec"),
+])
+def test_a_bad_npm_pin_is_refused_by_name(tmp_path: Path, line: str, why: str):
+    root = _agents_checkout(tmp_path)
+    npm = root / "scripts" / "agents-constraints" / "npm.txt"
+    npm.write_text("\n".join(ln for ln in npm.read_text().splitlines() if not ln.startswith("claude-code"))
+                   + f"\n{line}\n")
+    with pytest.raises(images.ImageError, match=why):
+        images.npm_pins(root)
+
+
+def test_the_npm_binaries_come_only_from_setup_agents_install_of_the_pin(tmp_path: Path, monkeypatch):
+    """The agents image takes each binary from scripts/setup-agents.sh's dir
+    only when its stamp is this pin (npm checked it against the registry's
+    integrity hash); a link where the binary should be, a stale install or
+    none at all is an error saying what to run."""
+    root = _agents_checkout(tmp_path)
+    pins = images.npm_pins(root)
+    home = tmp_path / "agents"
+    monkeypatch.setenv("RSI_AGENTS_VENV", str(home))
+    for preset, (spec, _, binary) in pins.items():
+        src = home / preset / "node_modules" / binary
+        src.parent.mkdir(parents=True)
+        src.write_text(f"#!/bin/sh\necho {spec}\n")
+        src.chmod(0o700)
+        (home / preset / ".rsi-installed").write_text(f"{spec} {binary}\n")
+    checks = images._npm_binaries(tmp_path / "ctx", root)
+    for preset, (spec, exe, _) in pins.items():
+        got = tmp_path / "ctx" / preset / "bin" / exe
+        assert got.read_text() == f"#!/bin/sh\necho {spec}\n" and got.stat().st_mode & 0o7777 == 0o755
+    assert any("grep -qwF 2.1.332" in c and "/opt/rsi/agents/claude-code/bin/claude --version" in c
+               for c in checks), checks
+    (home / "codex" / ".rsi-installed").write_text("@openai/codex@0.1.0 x\n")  # another version installed
+    with pytest.raises(images.ImageError, match=r"codex \(@openai/codex@0.171.0\) is not installed .*setup-agents"):
+        images._npm_binaries(tmp_path / "ctx2", root)
+    (home / "codex" / ".rsi-installed").write_text(f"{pins['codex'][0]} {pins['codex'][2]}\n")
+    binary = home / "codex" / "node_modules" / pins["codex"][2]
+    binary.unlink()
+    binary.symlink_to("/bin/sh")
+    with pytest.raises(images.ImageError, match="codex"):
+        images._npm_binaries(tmp_path / "ctx3", root)

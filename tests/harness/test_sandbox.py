@@ -398,10 +398,12 @@ MODEL_BASE = "http://model-api.test:8080/v1"
 EGRESS_SHAPES = {
     # name: (allowed_hosts, through the model gateway)
     "no hosts": ([], False),
-    "model host only": (["model-api.test"], False),
+    "model host only": (["model-api.test"], False),  # a proxy to it: only a custom command without a base URL
     "gateway": (["model-api.test"], True),  # the model host is the only host: no proxy at all
     "gateway and proxy": (["model-api.test", "other-api.test"], True),
 }
+CUSTOM = "command"
+"""A custom ``[agent] command`` (no preset): the one agent that may have a proxy to its model host."""
 
 
 @pytest.fixture(scope="module")
@@ -414,14 +416,17 @@ def host_listener():
 
 @pytest.mark.docker
 @pytest.mark.parametrize("shape", list(EGRESS_SHAPES))
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("preset", [*sorted(PRESETS), CUSTOM])
 def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener, tmp_path: Path, preset, shape):
     """Attack: an agent connects to a service on the runner bound to 0.0.0.0,
     at every host address and its network's gateway, directly and through its
     proxy. With the model gateway as the only allowed host, the agent's
     network used to be made without ``inhibit_ipv4`` and unchecked, and an
     agent reached the host listener. Every network now comes from
-    ``egress.agent_network``, for every preset and shape."""
+    ``egress.agent_network``, for every preset and shape. A preset never has
+    the proxy-only shape: it always speaks through the gateway, and a profile
+    that names no base URL points it at its provider's own host, which is not
+    allowed here, so it is refused before anything runs."""
     import base64
     import json
 
@@ -430,17 +435,27 @@ def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener
     from tests.harness.test_agents import ctx_for
 
     hosts, via_gateway = EGRESS_SHAPES[shape]
-    env = {"OPENAI_API_BASE": MODEL_BASE} if via_gateway else {}
+    base_env = "ANTHROPIC_BASE_URL" if preset == "claude-code" else "OPENAI_API_BASE"
+    env = {base_env: MODEL_BASE} if via_gateway else {}
     profile = RunnerProfile(allowed_hosts=hosts, env=env)
     before = len(host_listener.accepted)
     addrs = host_listener.addresses()  # once: other sessions add and remove docker networks
     spec = base64.b64encode(json.dumps({"hosts": addrs, "port": host_listener.port}).encode())
     code = base64.b64encode(MATRIX_PROBE.encode()).decode()
-    agent = CommandAgent.preset(preset, environ={"OPENAI_API_KEY": "sk-matrix-0123456789"}, profile=profile,
-                                upstream_networks=(model_api,))
-    agent.template = f"python3 -c \"import base64, sys; exec(base64.b64decode('{code}'))\" {spec.decode()}"
+    keys = {"OPENAI_API_KEY": "sk-matrix-0123456789", "ANTHROPIC_API_KEY": "sk-ant-matrix-0123456789"}
+    probe = f"python3 -c \"import base64, sys; exec(base64.b64decode('{code}'))\" {spec.decode()}"
+    if preset == CUSTOM:
+        agent = CommandAgent(template=probe, environ=keys, profile=profile, upstream_networks=(model_api,))
+    else:
+        agent = CommandAgent.preset(preset, environ=keys, profile=profile, upstream_networks=(model_api,))
+        agent.template = probe  # the preset's image, env, gateway and egress; our probe as its program
     ctx = ctx_for(make_target(tmp_path, python="python3"), tmp_path)
     out = agent.run(ctx)
+    if preset != CUSTOM and hosts and not via_gateway:  # never around the gateway: refused before it ran
+        assert out.error and "is not in the runner profile's allowed_hosts" in out.error, out.error
+        assert "through the model gateway only" in out.error and "RESULT " not in out.log, out
+        assert host_listener.wait_for(before + 1, timeout_s=1) == before, host_listener.accepted
+        return
     line = next((x for x in out.log.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, (out.error, out.log[-2000:])
     seen = json.loads(line[len("RESULT "):])
@@ -453,6 +468,32 @@ def test_no_preset_and_no_egress_shape_reaches_the_host(model_api, host_listener
         assert set(seen["host"]) > set(addrs), seen  # the network's gateway was tried too
         assert bool(seen["proxy"]) == (set(hosts) != {"model-api.test"} or not via_gateway), seen
         assert bool(seen["gateway"]) == via_gateway, seen
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("where", ["gateway's upstream", "profile env"])
+def test_a_wildcard_over_the_model_api_is_refused_at_run_time(where: str):
+    """Attack: a profile that skipped its own validation (``model_copy``, as the
+    loop's overrides do) allows ``*.example.com`` while the model API is
+    ``api.example.com``: the agent would reach the upstream around the gateway.
+    The sandbox's egress refuses it on every run, before it makes a network
+    or a container: with a gateway (``check_allowed_hosts``) and without one
+    (a base URL the profile's env names)."""
+    from harness.gateway import GatewayRoute
+
+    client = sandbox.docker_client()
+    profile = RunnerProfile(allowed_hosts=["api.example.com"]).model_copy(update={
+        "allowed_hosts": ["pypi.org", "*.EXAMPLE.com"],
+        "env": {"OPENAI_API_BASE": "https://api.example.com/v1"} if where == "profile env" else {}})
+    route = GatewayRoute(upstream="https://api.example.com/v1", key="sk-wild-0123456789") \
+        if where == "gateway's upstream" else None
+    res = sandbox.run(py_job("print('ran')", network=True), profile, client=client, gateway=route)
+    assert not res.ok and "'*.example.com' covers the model API's host 'api.example.com'" in (res.error or ""), res
+    assert "ran" not in res.output and res.gateway is None
+    exact = RunnerProfile(allowed_hosts=["api.example.com"]).model_copy(update={"allowed_hosts": ["pypi.org"]})
+    res = sandbox.run(py_job("print('ran')", network=True), exact, client=client,
+                      gateway=GatewayRoute(upstream="https://api.example.com/v1", key="sk-wild-0123456789"))
+    assert not res.ok and "'api.example.com' is not in the runner profile's allowed_hosts" in (res.error or ""), res
 
 
 class _Network:
