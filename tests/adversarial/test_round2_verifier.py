@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 import wave
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +96,7 @@ def test_round2_verifier_case(case: Round2, adversarial, tmp_path: Path, request
     b0 = _tree(repo, tmp_path / "b0", {}) if case.b0 else None
     spec = load_task(repo, None, f"adv-r2-{case.name}")
     if case.init is not None:
-        spec = build_task(round2_verifier.init_config(case.init, sys.executable), None,
+        spec = build_task(round2_verifier.init_config(case.init, "python3"), None,  # the image's own
                           f"adv-r2-{case.name}")
     shas = {"bk": "bk", "candidate": "candidate"} | ({"b0": "b0"} if b0 else {})
     v = backend.verify(bk, cand, spec, b0=b0, shas=shas, calibration=None)
