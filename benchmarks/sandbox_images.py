@@ -11,7 +11,11 @@ the agents image (the presets' venvs and claude-code's and codex's native
 binaries), ``--builds agents-cached`` the same without ``--no-cache`` (what a
 new npm pin rebuilds: the venvs' layers are reused); ``--builds all`` also
 the python image (Debian's Python + rsi-bot's dependencies with torch) and
-the agents image: minutes on two busy cores.
+the agents image: minutes on two busy cores. ``--builds env`` times the
+target's own environment (``images.target_image``, issue 30) built on the
+runtime image, from a requirements file (one local wheel: no index) and from
+a Dockerfile (``FROM ${RSI_RUNTIME}`` plus a file), each first built and then
+found again by its digest, and adds the start rows of its containers.
 
 Start times, per container (median and max of ``--runs``), on the runtime and
 agents images, and for comparison on the base image (117 MB, no Python: what
@@ -66,6 +70,29 @@ def timed_builds(which: str) -> list[tuple[str, float, str]]:
     return rows
 
 
+def env_builds(workdir: Path) -> tuple[list[tuple[str, float, str]], str]:
+    """The target's environment built (then found again) from a requirements
+    file and from a Dockerfile; the rows, and the requirements image's tag."""
+    from tests.harness.target import wheel
+
+    on = images.ensure_runtime()
+    tree = workdir / "b0"
+    (tree / "env").mkdir(parents=True)
+    wheel(tree / "env", "bench")
+    (tree / "env" / "requirements.txt").write_text("./rsienvdep-1.0-py3-none-any.whl\n")
+    (tree / "env" / "bench.Dockerfile").write_text("ARG RSI_RUNTIME\nFROM ${RSI_RUNTIME}\nCOPY requirements.txt /opt/\n")
+    rows, tags = [], []
+    for decl in ("env/requirements.txt", "env/bench.Dockerfile"):
+        subprocess.run(["docker", "rmi", "-f", images.env_tag(decl, tree, on)], capture_output=True)
+        for what in ("built", "found by digest"):
+            t0 = time.perf_counter()
+            tag = images.target_image(decl, tree, on)
+            rows.append((f"env {decl} ({what})", time.perf_counter() - t0, ""))
+        tags.append(tag)
+    subprocess.run(["docker", "rmi", "-f", tags[1]], capture_output=True)
+    return rows, tags[0]
+
+
 def sandbox_starts(image: str, runs: int) -> list[float]:
     out = []
     for _ in range(runs):
@@ -101,24 +128,38 @@ def row(label: str, values: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--builds", choices=("runtime", "agents", "agents-cached", "all", "none"), default="runtime")
+    ap.add_argument("--builds", choices=("runtime", "agents", "agents-cached", "env", "all", "none"),
+                    default="runtime")
     args = ap.parse_args()
     runtime = images.ensure_runtime()
     agents = images.agents_image()
+    env = None
+    workdir = tempfile.TemporaryDirectory()
     if args.builds != "none":
         print("| image built anew (--no-cache, but agents-cached) | seconds | size |\n| --- | --- | --- |")
-        for name, took, size in timed_builds(args.builds):
+        rows: list[tuple[str, float, str]] = []
+        if args.builds == "env":
+            rows, env = env_builds(Path(workdir.name))
+        else:
+            rows = timed_builds(args.builds)
+        for name, took, size in rows:
             print(f"| {name} | {took:.1f} | {size} |")
         print()
     print("| container start | median s | max s | runs |\n| --- | --- | --- | --- |")
     for label, image in (("runtime", runtime), ("agents", agents)):
         print(row(f"sandbox.run create->running, {label}", sandbox_starts(image, args.runs)), flush=True)
-    for label, image in (("base (no Python)", images.BASE_IMAGE), ("runtime", runtime)):
+    verifier_images = [("base (no Python)", images.BASE_IMAGE), ("runtime", runtime)]
+    if env:
+        verifier_images.append(("target's environment", env))
+    for label, image in verifier_images:
         starts, whole = verifier_starts(image, args.runs)
         print(row(f"verifier job create->exec'd, {label}", starts), flush=True)
         print(row(f"verifier job whole ({'true' if image == images.BASE_IMAGE else 'python3 -c pass'}), {label}",
                   whole), flush=True)
     print(f"\nruntime image: {runtime}\nagents image: {agents}")
+    if env:
+        subprocess.run(["docker", "rmi", "-f", env], capture_output=True)
+    workdir.cleanup()
 
 
 if __name__ == "__main__":

@@ -287,15 +287,15 @@ def table(
 ) -> None:
     print(
         "| scenario | CV cal -> verify | calibration | candidate | runs | accept | review "
-        "| reject (slower) | reject (short) | inconclusive | mean pairs "
-        "| wild run measured | accepted with one |"
+        "| reject (slower) | reject (short) | inconclusive | mean pairs | runs / verdict "
+        "| candidate runs | wild run measured | accepted with one |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     wild = candidate not in ("same", "slow")
     for name in scenarios:
         cal_cv, cv = SCENARIOS[name]
         counts: Counter = Counter()
-        pairs = []
+        pairs, all_runs, cand_runs = [], [], []
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="rsi-blackbox-") as tmp:
             repo, machine = make_repo(Path(tmp), wild=wild, min_gain=min_gain)
@@ -315,6 +315,8 @@ def table(
                         kind += " (slower)" if "slower by" in v["reason"] else " (short)"
                     counts[kind] += 1
                     pairs.append(v["pairs"])
+                    all_runs.append(v["runs"])
+                    cand_runs.append((v.get("objective") or {}).get("candidate_runs") or 0)
                     seen = r["wild_runs"] > 0
                     counts["seen"] += seen
                     counts["seen accept"] += seen and kind == "accept"
@@ -326,6 +328,7 @@ def table(
             f"{candidate} | {runs} | {counts['accept']} | {counts['review']} | "
             f"{counts['reject (slower)']} | {counts['reject (short)']} | "
             f"{counts['inconclusive']} | {sum(pairs) / len(pairs):.1f} | "
+            f"{sum(all_runs) / len(all_runs):.1f} | {sum(cand_runs) / len(cand_runs):.1f} | "
             f"{counts['seen'] if wild else '-'} | {counts['seen accept'] if wild else '-'} |",
             flush=True,
         )

@@ -27,10 +27,17 @@ default ``[verifier]`` settings. Extra rows:
   construction, up to noise that makes the others faster). A wild run the
   candidate has not yet shown when the evidence already accepts cannot be
   seen by any rule: 0.9^n of the verifications that accept after n candidate
-  runs (e.g. 53% at 6) never measure one. The +12% rows are its honest control.
+  runs (e.g. 53% at 6) never measure one; so an accept needs n candidate runs
+  that would have shown slow runs at ``[verifier] accept_wild_rate``
+  (``stats.runs_needed``: 51 with none seen) and the judge measures
+  confirmation pairs first (``run_sequential`` draws them with
+  ``draw_pairs``, as ``judge._looks`` does with ``Session.confirm_pairs``).
+  The +12% rows are its honest control.
 
 Columns: accept / reject / reject as slower (an identical candidate "called
-worse": the target is <= 5%) / inconclusive / review rates, mean pairs, the sample-size
+worse": the target is <= 5%) / inconclusive / review rates, mean pairs (the
+sequential design's), runs per verdict (both arms, confirmation pairs
+included, warm-ups not) and the candidate's runs among them, the sample-size
 bound of a fixed paired one-sided z-test at alpha 1% with 90% power
 ``n = ((2.326 + 1.282) * sigma_d / delta)^2`` (``sigma_d = sqrt(2) * CV``,
 ``delta = ln(1 + gain)``), the ratio of mean pairs to that bound, the target
@@ -41,8 +48,10 @@ same cluster bootstrap the judge uses): a latency guard over pooled request
 samples, candidate with no regression (should pass >= 95%) and with a real
 regression beyond the bound, the bound squared (should fail >= 95%),
 sequentially over the same looks as the objective: early pass/fail on the
-interim interval, at the last look on the guard's level; what the interval
-still leaves open there is review (never decided by the point estimate). The
+interim interval; at the cap, for an accept, confirmation pairs on the interim
+interval up to ``accept_max_runs`` (``judge._guard_room``), then the guard's
+level; what the interval still leaves open there is review (never decided by
+the point estimate). The
 p99-of-16-requests rows show why the default tail guard is p95: no rule can
 judge a bound of 1.05 on it 95/95.
 
@@ -71,6 +80,7 @@ from verifier.calibrate import Calibration  # noqa: E402
 from verifier.config import VerifierSettings  # noqa: E402
 from verifier.guards import PERCENTILE_BOOT  # noqa: E402
 from verifier.stats import (  # noqa: E402
+    CONFIRM_MIN,
     Design,
     bound_status,
     clustered_percentile_ci,
@@ -209,7 +219,7 @@ class Machine:
 
 def trial(
     seed: int, case: Case, v: VerifierSettings, design: Design
-) -> tuple[str, int, str, bool]:
+) -> tuple[str, int, str, bool, int]:
     rng = np.random.default_rng(seed)
     m = Machine(rng, case, total_runs=2 * (v.calibration_pairs + v.max_pairs + v.warmup))
     d, levels = m.pairs(v.calibration_pairs, 1.0)
@@ -225,6 +235,9 @@ def trial(
     m.sigma = math.sqrt(math.log1p(case.cv**2))  # the noise may have risen since calibration
     decision, look = run_sequential(
         lambda k: m.pairs(k, 1 / (1 + case.gain)),
+        wild_rate=v.accept_wild_rate,
+        confidence=v.accept_confidence,
+        max_runs=v.accept_max_runs,
         min_gain=MIN_GAIN,
         design=design,
         margin=cal.bias_margin(v.min_noise_margin),
@@ -233,7 +246,7 @@ def trial(
         prior_level_sd=cal.level_sd,
         prior_check_sd=cal.check_sd,
     )
-    return decision, look.n, look.finding, m.wild_runs > 0
+    return decision, look.n, look.finding, m.wild_runs > 0, look.confirmed
 
 
 def objective_rows(trials_aa: int, trials: int, rows_like: str = "") -> list[dict]:
@@ -261,6 +274,8 @@ def objective_rows(trials_aa: int, trials: int, rows_like: str = "") -> list[dic
                 seen_accept=sum(r[3] and r[0] == "accept" for r in res) / n,
                 worse=sum(r[2] == "slower" for r in res) / n,
                 pairs=float(np.mean([r[1] for r in res])),
+                runs=float(np.mean([2 * (r[1] + r[4]) for r in res])),
+                cand_runs=float(np.mean([r[1] + r[4] for r in res])),
                 secs=time.perf_counter() - t0,
             )
         )
@@ -303,7 +318,8 @@ def print_objective(rows: list[dict]) -> None:
     hdr = (
         f"| {'case':<30} | {'trials':>6} | {'accept':>7} | {'reject':>7} | {'slower':>7} "
         f"| {'inconcl.':>8} | {'review':>6} "
-        f"| {'mean pairs':>10} | {'bound n':>7} | {'pairs/bound':>11} | target |"
+        f"| {'mean pairs':>10} | {'runs':>5} | {'cand.':>5} "
+        f"| {'bound n':>7} | {'pairs/bound':>11} | target |"
     )
     print(hdr)
     print("|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|")
@@ -314,7 +330,7 @@ def print_objective(rows: list[dict]) -> None:
             f"| {r['case'].label:<30} | {r['trials']:>6} | {r['accept']:>7.1%} | "
             f"{r['reject']:>7.1%} | {r['worse']:>7.1%} | {r['inconclusive']:>8.1%} | "
             f"{r['review']:>6.1%} | "
-            f"{r['pairs']:>10.1f} | "
+            f"{r['pairs']:>10.1f} | {r['runs']:>5.1f} | {r['cand_runs']:>5.1f} | "
             f"{(format(b, '.1f') if b else '-'):>7} | "
             f"{ratio:>11} | {verdict(r)} |"
         )
@@ -337,28 +353,44 @@ REQUEST_SIGMA = 0.3  # log-spread of request latencies within a run
 
 def guard_trial(seed: int, q: int, bound: float, reqs: int, ratio: float, v, design) -> tuple:
     """One guard judged at every look like ``Evaluator.metric_guard``: early
-    pass/fail on the interim interval, at the last look on ``guard_level``;
-    still unclear there: ``review`` (never decided by its point). Returns
-    (status, pairs)."""
+    pass/fail on the interim interval; at the cap, for a candidate the
+    objective accepts (``judge._guard_room``), confirmation pairs while
+    ``accept_max_runs`` allows (half as many again as measured, at least
+    ``CONFIRM_MIN``), judged on the interim interval, and on ``guard_level``
+    once the budget is spent; still unclear there: ``review`` (never decided
+    by its point). ``v.accept_wild_rate = 0``: no confirmation (the rule
+    before). Returns (status, pairs)."""
     rng = np.random.default_rng(seed)
     sig = math.sqrt(math.log1p(0.03**2))
     runs: dict[str, list[np.ndarray]] = {"c": [], "b": []}
     status = "unclear"
-    for n in design.looks:
+
+    def add(n: int) -> None:
         while len(runs["b"]) < n:
             for arm, f in (("b", 1.0), ("c", ratio)):
                 run_factor = f * math.exp(rng.normal(0, sig))
                 runs[arm].append(run_factor * rng.lognormal(0, REQUEST_SIGMA, reqs))
+
+    for n in design.looks:
+        add(n)
         final = n == design.max_pairs
-        level = v.guard_level if final else v.guard_interim_level
-        est = clustered_percentile_ci(
-            runs["c"], runs["b"], q, seed=seed, n_boot=PERCENTILE_BOOT, level=level
-        )
-        lo, hi = math.exp(est.low), math.exp(est.high)
-        status = bound_status(lo, hi, upper=bound)
+        while True:
+            m = len(runs["b"])
+            room = 0
+            if final and v.accept_wild_rate > 0:
+                room = max(0, min(v.accept_max_runs, m + max(CONFIRM_MIN, m // 2)) - m)
+            level = v.guard_level if final and not room else v.guard_interim_level
+            est = clustered_percentile_ci(
+                runs["c"], runs["b"], q, seed=seed + m, n_boot=PERCENTILE_BOOT, level=level
+            )
+            lo, hi = math.exp(est.low), math.exp(est.high)
+            status = bound_status(lo, hi, upper=bound)
+            if status != "unclear" or not room:
+                break
+            add(m + room)
         if status != "unclear":
-            return status, n
-    return status, design.max_pairs
+            return status, len(runs["b"])
+    return status, len(runs["b"])
 
 
 def guard_rows(trials: int) -> list[dict]:
@@ -394,7 +426,9 @@ def print_guards(rows: list[dict]) -> None:
     print(
         f"Guards: request latencies lognormal (sigma {REQUEST_SIGMA}) x run noise CV 3%; "
         f"pooled percentile, cluster bootstrap ({PERCENTILE_BOOT}); early pass/fail on a "
-        f"{v.guard_interim_level:.0%} interval, at the last look ({v.max_pairs} pairs) "
+        f"{v.guard_interim_level:.0%} interval; at the cap ({v.max_pairs} pairs) an "
+        f"accept's guard still unclear takes confirmation pairs up to accept_max_runs "
+        f"({v.accept_max_runs}) on the {v.guard_interim_level:.0%} interval, then the "
         f"{v.guard_level:.0%} interval; still straddling the bound there: review (never "
         "decided by the point estimate)"
     )

@@ -156,9 +156,12 @@ def estimate(spec: TaskSpec, rounds: int) -> str:
     calib = 2 * v.calibration_pairs
     matrix = spec.verify.benchmark().matrix
     cells = 3 * (len(matrix.cells()) - 1) * (matrix.pairs + v.warmup) if matrix else 0
-    per = 2 * (v.max_pairs + v.warmup) + cells
+    per = 2 * (v.most_candidate_runs() + v.warmup) + cells
+    accept = 2 * (max(v.initial_pairs, v.accept_runs_needed()) + v.warmup)
     return (f"at most {calib + rounds * per} benchmark runs: B0's calibration {calib}, then up "
-            f"to {per} per candidate (most stop at {2 * v.initial_pairs + 2 * v.warmup}"
+            f"to {per} per candidate (a reject often stops at {2 * v.initial_pairs + 2 * v.warmup}"
+            + (f", an accept takes at least {accept}: every run counts" if accept > 2 * (
+                v.initial_pairs + v.warmup) else "")
             + (f", plus {cells} for the deployment matrix's other cells after an accept"
                if cells else "")
             + f") over {rounds} round(s)")
@@ -223,7 +226,7 @@ class StepLines:
         if per is None or self.spec is None:
             return None
         v = self.spec.verify.verifier
-        return self.agent_s + per * 3 * (v.max_pairs + v.warmup)
+        return self.agent_s + per * 3 * (v.most_candidate_runs() + v.warmup)
 
     def _run_progress(self, ev) -> None:
         if ev.run == self.runs_seen + 1 and self.run_at is not None:
@@ -244,9 +247,11 @@ class StepLines:
         self.timed = True
         v = self.spec.verify.verifier
         typical = per * 2 * (v.initial_pairs + v.warmup) * self.rounds / 60
-        most = per * 2 * (v.max_pairs + v.warmup) * self.rounds / 60
+        accept = per * 2 * (max(v.initial_pairs, v.accept_runs_needed()) + v.warmup) / 60
+        most = per * 2 * (v.most_candidate_runs() + v.warmup) * self.rounds / 60
         self.line(f"[estimate] ~{per:.1f} s per benchmark run; the {self.rounds} round(s) "
-                  f"take ~{typical:.1f} min, at most ~{most:.1f} min (plus the agent's time)")
+                  f"take ~{typical:.1f} min, at most ~{most:.1f} min (plus the agent's time); "
+                  f"an accept takes ~{accept:.1f} min or more")
 
     def __call__(self, ev) -> None:
         if ev.kind == "progress":

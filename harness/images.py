@@ -496,6 +496,165 @@ def sandbox_image(image: str) -> str:
     return ensure_runtime() if image == BASE_IMAGE else image
 
 
+# ------------------------------------------------------- the target's own environment
+
+ENV_REPO = "rsi-bot/env"
+ENV_DOCKERFILE = """FROM {on}
+COPY wheels/ /tmp/rsi-env-wheels/
+COPY requirements.txt /tmp/rsi-env-requirements.txt
+RUN python3 -m pip install --no-index --break-system-packages --no-cache-dir --disable-pip-version-check -q \\
+      --find-links /tmp/rsi-env-wheels -r /tmp/rsi-env-requirements.txt \\
+ && rm -rf /tmp/rsi-env-wheels /tmp/rsi-env-requirements.txt
+"""
+PROBE_CHECK = "import verifier.probe"
+"""What a target's environment image must still run: the verifier's roles
+(its probe and harness) run in it, as in the runtime image."""
+MAX_CONTEXT_BYTES = 2 << 30
+"""The most a Dockerfile's folder may hold (its build context): past it, an error."""
+
+
+def _within(tree: Path, rel: str) -> Path:
+    """``tree/rel``, a regular file reached through no link (the declaration
+    comes from a tree a candidate may have shaped: no way out of it)."""
+    path = tree
+    for part in Path(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            raise ImageError(f"environment {rel!r}: {path.relative_to(tree)} is a symbolic link in "
+                             f"{tree}; name the file itself")
+    if not path.is_file():
+        raise ImageError(f"environment {rel!r}: no such file in B0's tree ({tree}); commit it, or fix "
+                         "[runner.profiles.<name>] environment in .rsi/config.toml")
+    return path
+
+
+def _context_digest(folder: Path) -> list[str | bytes]:
+    """Every file of a Dockerfile's build context, by path and content (links by target)."""
+    parts: list[str | bytes] = []
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(folder))
+            if p.is_symlink():
+                parts += [rel, "->", os.readlink(p)]
+                continue
+            data = p.read_bytes()
+            total += len(data)
+            if total > MAX_CONTEXT_BYTES:
+                raise ImageError(f"the Dockerfile's folder {folder} holds more than {MAX_CONTEXT_BYTES >> 20} MiB "
+                                 "(its build context): put the Dockerfile in a folder of its own")
+            parts += [rel, data]
+    return parts
+
+
+def _check_probe(tag: str, declaration: str) -> None:
+    out = _docker("run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c", PROBE_CHECK,
+                  timeout=300)
+    if out.returncode != 0:
+        _docker("image", "rm", "-f", tag)
+        raise ImageError(f"the environment built from {declaration!r} cannot run the verifier's roles "
+                         f"(python3 -c '{PROBE_CHECK}': {(out.stderr or out.stdout).strip()[-600:]}): begin a "
+                         "Dockerfile with 'ARG RSI_RUNTIME' and 'FROM ${RSI_RUNTIME}', and keep its pins "
+                         "compatible with rsi-bot's")
+
+
+def env_tag(declaration: str, tree: Path, on: str) -> str:
+    """The tag of the target's environment image: a digest of the image it
+    builds on (its id), the declaration's kind, name and content, and for a
+    Dockerfile every file of its folder."""
+    from harness.sections import environment_kind
+
+    path = _within(tree, declaration)
+    on_id = image_id(on)
+    if on_id is None:
+        raise ImageError(f"the image {on} the environment builds on is missing")
+    kind = environment_kind(declaration)
+    parts: list[str | bytes] = [on_id, str(kind), declaration]
+    parts += _context_digest(path.parent) if kind == "dockerfile" else [path.read_bytes()]
+    return f"{ENV_REPO}:{_digest(*parts, ENV_DOCKERFILE)}"
+
+
+def _env_wheels(req: Path, dest: Path, cache: Path, timeout: float) -> None:
+    """A wheel of every requirement of ``req`` (and what they need) into
+    ``dest``: ``pip wheel`` on this host, in the requirements file's folder
+    (its relative paths are the repository's), kept in the cache."""
+    wheels = cache / "env-wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    dest.mkdir()
+    got = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
+                          "--find-links", str(wheels), "-w", str(dest), "-r", str(req)],
+                         cwd=req.parent, capture_output=True, text=True, timeout=timeout)
+    if got.returncode != 0:
+        raise ImageError(f"pip wheel of the environment's requirements ({req.name}) failed: "
+                         f"{(got.stderr or got.stdout).strip()[-1500:]}")
+    for w in dest.glob("*.whl"):
+        if not (wheels / w.name).exists():
+            shutil.copy2(w, wheels / w.name)
+
+
+def target_image(declaration: str, tree: Path, on: str, *, timeout: float = 3600) -> str:
+    """The image of a target's own environment, built unless its tag exists;
+    its tag. ``declaration``: the runner profile's ``environment`` (a path in
+    ``tree``, B0's tree); ``on``: the image it builds on (the runtime image,
+    or a profile's own image). A requirements file is installed from wheels
+    built on this host (the build has no network); a Dockerfile is built
+    with its folder as context and ``RSI_RUNTIME`` = ``on`` (with the build
+    network: the maintainers' file, at B0). Either must still run the
+    verifier's roles (:data:`PROBE_CHECK`), else :class:`ImageError`."""
+    from harness.sections import environment_kind
+
+    tree = Path(tree)
+    tag = env_tag(declaration, tree, on)
+    path = _within(tree, declaration)
+    with _locked(tag):
+        if image_id(tag):
+            return tag
+        if environment_kind(declaration) == "dockerfile":
+            out = subprocess.run(["docker", "build", "-q", "-f", str(path), "--build-arg", f"RSI_RUNTIME={on}",
+                                  "-t", tag, str(path.parent)], capture_output=True, text=True, timeout=timeout,
+                                 env={**os.environ, "DOCKER_BUILDKIT": "0"})
+            if out.returncode != 0:
+                raise ImageError(f"docker build of the environment {declaration!r} failed: "
+                                 f"{(out.stderr or out.stdout)[-2000:]}")
+        else:
+            cache = cache_dir()
+            cache.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="rsi-env-image-", dir=cache) as tmp:
+                ctx = Path(tmp)
+                _env_wheels(path, ctx / "wheels", cache, timeout)
+                (ctx / "requirements.txt").write_text(_local_names(path.read_text(), ctx / "wheels"))
+                (ctx / "Dockerfile").write_text(ENV_DOCKERFILE.format(on=on))
+                try:
+                    _build(tag, ctx, timeout)
+                except ImageError as exc:
+                    raise ImageError(f"the environment {declaration!r}: {exc}") from None
+        _check_probe(tag, declaration)
+    return tag
+
+
+def _local_names(text: str, wheels: Path) -> str:
+    """The requirements as the image's pip reads them: a line naming a local
+    file or folder (a path in the repository, not in the image) becomes the
+    name of the wheel built from it."""
+    # a wheel's file name is {name}-{version}-...: its name (not pip's parser:
+    # importing pip here breaks setuptools for this process, see _PINS_CHILD)
+    by_name = {w.name: w.name.split("-", 1)[0] for w in wheels.glob("*.whl")}
+    out = []
+    for line in text.splitlines():
+        s = line.split(" #", 1)[0].strip()
+        if s.startswith((".", "/", "file:")) and not s.startswith("-"):
+            base = Path(s.removeprefix("file:")).name
+            stem = base.removesuffix(".whl").split("-")[0].replace("_", "-").lower()
+            match = [n for f, n in by_name.items() if f == base or n.replace("_", "-").lower() == stem]
+            if match:
+                out.append(match[0])
+                continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args not in (["build"], ["tag"]):

@@ -22,9 +22,11 @@ the repo's bound), and every number must be a real number of the right kind:
                    ``reference`` never changed
 ``verifier``       ``alpha`` only lowered, ``level``, margins, warm-ups, pair
                    counts and bootstrap sizes only raised, all within hard
-                   bounds (``VERIFIER_RULES``); ``default_guards``,
-                   ``require_external``, ``cross_check`` only turned on;
-                   ``seed`` never
+                   bounds (``VERIFIER_RULES``); the wild-run rule's
+                   ``accept_confidence`` and ``accept_max_runs`` only
+                   raised, its ``accept_wild_rate`` never (0 is off);
+                   ``default_guards``, ``require_external``,
+                   ``cross_check`` only turned on; ``seed`` never
 ``agent``          ``kind`` from ``[agent] allowed_kinds``; ``rounds`` up to
                    ``max_rounds``; ``round_timeout_s``,
                    ``max_straight_rejections``, ``max_tokens`` and
@@ -97,10 +99,16 @@ VERIFIER_RULES: dict[str, tuple[str, float]] = {
     "max_pairs": ("up", 200),
     "calibration_pairs": ("up", 50),
     "bootstrap": ("up", 100_000),
+    # issue 29's wild-run rule: more confidence, more room to confirm; its
+    # accept_wild_rate is not settable (0 turns the rule off, so "lower" is
+    # not "stricter")
+    "accept_confidence": ("up", 0.9999),
+    "accept_max_runs": ("up", 400),
 }
 _VERIFIER_FLAGS = {"default_guards": True, "require_external": True, "cross_check": True}
 """Boolean [verifier] settings a proposal may only turn to the strict value."""
 _INT_FIELDS = {"warmup", "initial_pairs", "step", "max_pairs", "calibration_pairs", "bootstrap",
+               "accept_max_runs",
                "rounds", "max_straight_rejections", "max_changed_lines"}
 #: How a proposal may change each field of a guard: the registry of guard
 #: fields. ``key`` names the guard (a proposal guard with the same key replaces

@@ -215,8 +215,30 @@ class AgentSettings(_Model):
         return self
 
 
+def environment_kind(path: str) -> Literal["requirements", "dockerfile"] | None:
+    """What a runner profile's ``environment`` file is, by its name: a
+    requirements or lock file (``*.txt``), a Dockerfile, or neither (None)."""
+    name = path.rsplit("/", 1)[-1]
+    if name == "Dockerfile" or name.endswith(".Dockerfile") or name.startswith("Dockerfile."):
+        return "dockerfile"
+    if name.endswith(".txt"):
+        return "requirements"
+    return None
+
+
 class RunnerProfile(_Model):
     image: str = DEFAULT_IMAGE
+    environment: str | None = None
+    """The target's own environment for the verifier's containers (its
+    benchmark, server, client and evaluator): a file of the repository, read
+    from B0's tree (never a candidate's), either a requirements or lock file
+    (``*.txt``: its requirements are installed on the runtime image, from
+    wheels built on this host; the image build has no network) or a
+    Dockerfile (``Dockerfile``, ``*.Dockerfile``, ``Dockerfile.*``: built with
+    its folder as context and ``--build-arg RSI_RUNTIME=<the runtime image>``;
+    begin it ``ARG RSI_RUNTIME`` / ``FROM ${RSI_RUNTIME}``, or install rsi-bot
+    in it). Built once, found again by a digest of what it was built from
+    (``rsi-bot/env:<digest>``); nothing of the host is mounted."""
     device: Literal["cpu", "cuda", "npu"] = "cpu"
     cpus: float = Field(2.0, gt=0)
     memory: str = "4g"
@@ -242,6 +264,20 @@ class RunnerProfile(_Model):
     not be able to change their trees. Turn on only for benchmarks whose setup
     builds in the tree."""
 
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = v.replace("\\", "/").split("/")
+        if not v.strip() or v.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[-1].startswith("-"):
+            raise ValueError(f"environment {v!r}: a path inside the repository, relative to its root and "
+                             "without '..' (e.g. \"bench/requirements.txt\" or \"docker/bench.Dockerfile\")")
+        if environment_kind(v) is None:
+            raise ValueError(f"environment {v!r}: name a requirements or lock file (*.txt) or a Dockerfile "
+                             "(Dockerfile, *.Dockerfile, Dockerfile.*)")
+        return v
 
     @field_validator("runs_on")
     @classmethod

@@ -91,10 +91,13 @@ class TaskSpec(BaseModel):
         benchmark, by default (:func:`measuring_paths`): the files its
         ``command``, ``setup``, ``serve``, ``client`` and ``evaluator`` name,
         in script form (``python bench/client.py``) or module form
-        (``python -m tiny_tts.server``)."""
+        (``python -m tiny_tts.server``); and every runner profile's
+        ``environment`` file (the verifier reads B0's copy; a candidate's
+        change to it would only be a change nobody measures)."""
         extra: list[str] = []
         for bench in self.verify.benchmarks.values():
             extra += measuring_paths(bench)
+        extra += sorted({p.environment for p in self.runner.profiles.values() if p.environment})
         return self.policy.all_protected(extra)
 
     def verifier_config_text(self) -> str:

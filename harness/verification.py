@@ -154,7 +154,7 @@ class VerifierRun:
         return f"exit code {self.returncode}: {tail}" if tail else f"exit code {self.returncode}"
 
 
-def isolation_spec(spec: TaskSpec, *, image: str | None = None) -> dict[str, Any]:
+def isolation_spec(spec: TaskSpec, *, image: str | None = None, tree: Path | None = None) -> dict[str, Any]:
     """``{"image", "base_kwargs"}`` for the verifier's ContainerIsolation: the
     runner profile's container settings (uid, no capabilities, limits,
     devices; no mount: the image holds Python, rsi-bot's dependencies and
@@ -165,7 +165,13 @@ def isolation_spec(spec: TaskSpec, *, image: str | None = None) -> dict[str, Any
     Hidden inputs are NOT in the base: every container would get them,
     the candidate's server and setup included. The verifier mounts a hidden
     host path read-only only into the jobs that may see it (the protected
-    client and evaluator, or the in-process benchmark)."""
+    client and evaluator, or the in-process benchmark).
+
+    With the profile's ``environment`` (the target's own environment) and
+    ``tree`` (B0's tree, where its declaration is read: never a candidate's),
+    the image is the target's environment image built on that one
+    (:func:`harness.images.target_image`; :class:`harness.images.ImageError`
+    when it cannot be built)."""
     profile = spec.runner.active
     job = sandbox.SandboxJob(command=["true"], network=False)
     kw = sandbox.container_kwargs(
@@ -177,7 +183,12 @@ def isolation_spec(spec: TaskSpec, *, image: str | None = None) -> dict[str, Any
     # only what ContainerIsolation takes; it sets the rest (command, network, name...) per run
     from verifier.isolation import ALLOWED_KWARGS
 
-    image = image or sandbox.sandbox_image(kw["image"])
+    if image is None:
+        image = sandbox.sandbox_image(kw["image"])
+        if profile.environment and tree is not None:
+            from harness.images import target_image
+
+            image = target_image(profile.environment, Path(tree), image)
     base = {k: v for k, v in kw.items() if k in ALLOWED_KWARGS}
     if "device_requests" in base:  # as DeviceRequest's own keyword names (device_ids, not DeviceIDs)
         base["device_requests"] = [
@@ -321,15 +332,22 @@ class SandboxVerifier:
         if calibrate:
             runs = 2 * v.calibration_pairs + 2 * v.warmup + 2
         else:
-            runs = 3 * v.max_pairs + 3 * v.warmup + 3
+            # an accept's confirmation pairs (issue 29) may reach accept_max_runs
+            pairs = max(v.max_pairs, v.accept_max_runs if v.accept_wild_rate > 0 else 0)
+            runs = 3 * pairs + 3 * v.warmup + 3
         return min(per_run * runs + 60, 6 * 3600)
 
-    def _run(self, spec: TaskSpec, argv: list[str], files: dict[str, str], timeout_s: float, progress) -> VerifierRun:
+    def _run(self, spec: TaskSpec, argv: list[str], files: dict[str, str], timeout_s: float, progress,
+             tree: Path | None = None) -> VerifierRun:
+        """``tree``: where the target's environment is declared (B0's, or the calibrated ref's)."""
         import shutil
 
+        if spec.runner.active.environment and self.image is None and progress:
+            progress(f"the target's environment image ({spec.runner.active.environment}, built once)",
+                     {"phase": "environment"})
+        iso = isolation_spec(spec, image=self.image, tree=tree)
         root = Path(tempfile.mkdtemp(prefix="rsi-verify-", dir=self.work_root))  # 0700, ours alone
         run_id = uuid.uuid4().hex
-        iso = isolation_spec(spec, image=self.image)
         iso["base_kwargs"]["labels"] = {**iso["base_kwargs"].get("labels", {}), RUN_LABEL: run_id}
         try:
             files = {"config.toml": spec.verifier_config_text(), "isolation.json": json.dumps(iso, indent=1), **files}
@@ -353,7 +371,7 @@ class SandboxVerifier:
 
     def calibrate(self, ref, spec, *, progress=None):
         argv = ["calibrate-dir", str(ref), "--config", "{root}/config.toml", "--report", "{root}/report.json"]
-        run = self._run(spec, argv, {}, self._timeout(spec, True), progress)
+        run = self._run(spec, argv, {}, self._timeout(spec, True), progress, tree=Path(ref))
         if run.returncode not in (EXIT_ACCEPT, EXIT_OTHER, EXIT_INFRA, EXIT_CANDIDATE) or run.report is None:
             raise RuntimeError(f"the verifier failed: {run.why()}" + (f" ({run.report_error})" if run.report_error else ""))
         from verifier.calibrate import Calibration
@@ -374,7 +392,12 @@ class SandboxVerifier:
         if calibration is not None:
             files["calibration.json"] = calibration.model_dump_json()
             argv += ["--calibration", "{root}/calibration.json"]
-        run = self._run(spec, argv, files, self._timeout(spec, False), progress)
+        from harness.images import ImageError
+
+        try:  # the target's environment from B0's tree: a candidate's copy of the declaration is never read
+            run = self._run(spec, argv, files, self._timeout(spec, False), progress, tree=Path(b0 or baseline))
+        except ImageError as exc:
+            return error_verdict("sandbox", f"the target's environment image: {exc}", "", shas)
         return verdict_of(run, shas)
 
 

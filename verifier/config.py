@@ -478,6 +478,50 @@ class VerifierSettings(_Model):
     threads: int | None = Field(None, ge=1)
     """OMP/MKL/OpenBLAS/NumExpr thread counts (and ``RSI_THREADS``) for both
     arms; default with ``cpus``: one per pinned CPU. A benchmark's env wins."""
+    accept_wild_rate: float = Field(0.1, ge=0, lt=1)
+    """Every run counts in an accept, and no rule sees a run not measured: a
+    candidate fast in most runs and very slow in a few (5x in one run of 10)
+    is accepted only once enough of its runs were measured that slow runs at
+    this rate would have shown with ``accept_confidence``: 51 runs at 0.1 and
+    0.99. A run counts as slow when runs like it at this rate would make the
+    candidate slower than Bk over every run (net of Bk's runs as slow against
+    its own typical run), and each one seen raises the count: 79 with one,
+    106 with two. When the pairs accept on fewer, the verifier measures that
+    many confirmation pairs first (ABBA, every arm, each run on a fresh
+    export: a run cannot tell it is one), which count in the gain over every
+    run and in the guards; so does an accept whose guard is still unclear at
+    ``max_pairs`` (then half as many pairs again as measured, until
+    ``accept_max_runs``). Only accepts pay for it (an accept is a pull
+    request); rejects never do. 0 turns the rule off (a verdict may then
+    accept on runs that never showed a slow one); an accept on fewer runs
+    than the default rule needs says so in its verdict's warnings."""
+    accept_confidence: float = Field(0.99, gt=0, lt=1)
+    """See ``accept_wild_rate``: 1 - the chance that slow runs at that rate
+    stay hidden in an accept."""
+    accept_max_runs: int = Field(160, ge=1)
+    """The most candidate runs (the pairs' and the confirmation pairs'
+    together) the verifier measures to confirm an accept; a candidate whose
+    slow runs would need more is ``review``, and a guard still unclear there
+    is ``review``. Must reach the runs an accept needs with none slow
+    (``accept_wild_rate``, ``accept_confidence``) and ``max_pairs``."""
+
+    def most_candidate_runs(self) -> int:
+        """The most runs a verification measures of each arm (warm-ups
+        aside): ``max_pairs``, or with the wild-run rule on the confirmation
+        pairs an accept may take up to ``accept_max_runs``."""
+        if self.accept_wild_rate <= 0:
+            return self.max_pairs
+        return max(self.max_pairs, self.accept_max_runs)
+
+    def accept_runs_needed(self) -> int:
+        """Candidate runs an accept needs when none of them is slow: the
+        smallest n with (1 - rate)^n <= (1 - confidence) / 2 (the same as
+        ``stats.runs_needed(rate, confidence, 0)``; pure math here, so that
+        reading a config imports no scipy); 0 with the rule off."""
+        rate = self.accept_wild_rate
+        if rate <= 0:
+            return 0
+        return max(1, math.ceil(math.log((1 - self.accept_confidence) / 2) / math.log1p(-rate) - 1e-9))
 
 
 class Hidden(_Model):
@@ -546,6 +590,31 @@ class VerifyConfig(_Model):
         return cfg
 
     # ---- semantic checks ---------------------------------------------
+    def _accept_runs_problems(self) -> list[str]:
+        """``accept_max_runs`` must reach the candidate runs an accept needs
+        (``stats.runs_needed``) and ``max_pairs``."""
+        v = self.verifier
+        if v.accept_wild_rate <= 0:
+            return []
+        need = v.accept_runs_needed()
+        errors = []
+        if v.accept_max_runs < need:
+            errors.append(
+                f"[verifier] accept_max_runs = {v.accept_max_runs} is below the {need} "
+                f"candidate runs an accept needs (accept_wild_rate = {v.accept_wild_rate:g}, "
+                f"accept_confidence = {v.accept_confidence:g}): nothing could ever be "
+                f"accepted; raise accept_max_runs to at least {need} (the default 160 also "
+                "leaves room for a few slow runs), or raise accept_wild_rate / lower "
+                "accept_confidence"
+            )
+        if v.accept_max_runs < v.max_pairs:
+            errors.append(
+                f"[verifier] accept_max_runs = {v.accept_max_runs} is below max_pairs = "
+                f"{v.max_pairs}: the pairs alone would measure more candidate runs than an "
+                f"accept may count; raise accept_max_runs to at least {max(need, v.max_pairs)}"
+            )
+        return errors
+
     def _check(self) -> None:
         errors: list[str] = []
         names = ", ".join(sorted(self.benchmarks)) or "(none)"
@@ -612,6 +681,7 @@ class VerifyConfig(_Model):
         for b in self.benchmarks.values():
             errors += b.problems()
         errors += self._external_problems()
+        errors += self._accept_runs_problems()
         errors += self._self_report_problems()
         for i, q in enumerate(self.quality):
             where = f"quality[{i}] ({q.kind})"

@@ -143,10 +143,11 @@ class Evaluator:
         will come): a metric guard still unclear there stays unclear (the judge
         makes an accept ``review``), its detail saying what would decide it."""
         out: list[GuardResult] = []
-        failed = sum(r.result.failed for r in s.records["candidate"] if r.result is not None)
+        runs = s.all_records("candidate")  # confirmation pairs too: every run counts
+        failed = sum(r.result.failed for r in runs if r.result is not None)
         requests = sum(
             r.result.counts.get("requests", 0)
-            for r in s.records["candidate"]
+            for r in runs
             if r.result is not None
         )
         out.append(
@@ -158,7 +159,7 @@ class Evaluator:
                 value=float(failed),
                 status="fail" if failed else "pass",
                 detail=(
-                    f"{failed} failed request(s) in {len(s.records['candidate'])} candidate runs"
+                    f"{failed} failed request(s) in {len(runs)} candidate runs"
                     + (f" ({requests} requests)" if requests else "")
                 ),
             )

@@ -12,7 +12,10 @@ Flow of ``verify`` (each step a function below):
    - a guard that clearly fails, or a failed request: ``reject`` (stop);
    - objective's repeated interval wholly below 0 ("slower by X%") or below
      ``min_gain`` ("short of min_gain"): ``reject`` (stop);
-   - objective accepted and every guard clear: stop;
+   - objective accepted and every guard clear: stop; accepted on fewer
+     candidate runs than ``[verifier] accept_wild_rate`` needs (or every run
+     short by a little, or a guard unclear at the cap): confirmation pairs
+     first (``Session.confirm_pairs``), then judged again;
    - otherwise add ``step`` pairs, up to ``max_pairs``.
    Guards pass or fail early only on a wide interval (``guard_interim_level``);
    at the last look on ``guard_level``; one whose interval still straddles its
@@ -57,7 +60,7 @@ from .cells import (
     primary_result,
     unmeasured,
 )
-from .config import BenchmarkConfig, Direction, VerifyConfig
+from .config import BenchmarkConfig, Direction, VerifierSettings, VerifyConfig
 from .fingerprint import FingerprintMismatch, collect, ensure_comparable
 from .guards import Evaluator, derived_seed
 from .isolation import Isolation, resolve_cpus
@@ -66,6 +69,7 @@ from .measure import ARM_STAGE, Progress, ProgressEvent, Session, hidden_env
 from .noise import explain_runs
 from .runner import RunRecord
 from .stats import (
+    CONFIRM_MIN,
     Design,
     ObjectiveLook,
     capped_decision,
@@ -437,20 +441,21 @@ def _sequential(
         if isinstance(looked, Verdict):
             return looked
         look, guard_results = looked
-        doubt = _self_report_doubt(plan, s, look)
-        plan.warnings.extend(_run_warnings(s, plan.metric))
-        return _Found(
-            look=look,
-            guards=guard_results,
-            metrics=judge.metrics(s),
-            runs=s.runs,
-            pairs=s.pairs,
-            doubt=doubt,
-            gain_vs_b0=_gain_vs_b0(s, plan.metric, plan.direction),
-            evaluator=judge,
-            flags=judge.flags(),
-            changes=judge.output_changes(guard_results),
-        )
+        with s.every_run_scope():  # every measured run, confirmation pairs too
+            doubt = _self_report_doubt(plan, s, look)
+            plan.warnings.extend(_run_warnings(s, plan.metric))
+            return _Found(
+                look=look,
+                guards=guard_results,
+                metrics=judge.metrics(s),
+                runs=s.runs,
+                pairs=s.pairs,
+                doubt=doubt,
+                gain_vs_b0=_gain_vs_b0(s, plan.metric, plan.direction),
+                evaluator=judge,
+                flags=judge.flags(),
+                changes=judge.output_changes(guard_results),
+            )
 
 
 def _looks(
@@ -470,26 +475,79 @@ def _looks(
         err = s.add_pairs(target - s.pairs) or _objective_values_error(s, plan.metric)
         if err is not None:
             return _error(err, runs=s.runs, pairs=s.pairs, **plan.base)
-        c, r = s.values("candidate", plan.metric), s.values("bk", plan.metric)
-        gains = log_ratios(c, r) * (1 if plan.direction == "higher" else -1)
-        min_gain = plan.config.objective.min_gain
-        look = judge_objective(
-            gains,
-            min_gain=min_gain,
-            design=design,
-            margin=plan.margin,
-            # in cost orientation (a run's time per unit of work), which the
-            # every-run gain needs; the screen and the spreads use |levels|
-            levels=(np.log(c) + np.log(r)) * (1 if plan.direction == "lower" else -1),
-            **plan.prior,
-        )
-        guard_results = judge.guards(s, final=target == design.max_pairs)
+        final = target == design.max_pairs
+        while True:
+            look = _judge_look(plan, s, design)
+            more = look.more if look.finding == "runs" else 0
+            if not more:
+                room = _guard_room(plan, s, look, final)
+                with s.every_run_scope():  # the confirmation pairs count in the guards too
+                    # while room is left at the cap, the interim level: a guard
+                    # passes or fails only when clear, else it is measured further
+                    guard_results = judge.guards(s, final=final and not room)
+                fail = any(g.status == "fail" for g in guard_results)
+                if room and not fail and any(g.status == "unclear" for g in guard_results):
+                    more = room
+            if not more:
+                break
+            # the pairs accept on fewer of the candidate's runs than an accept
+            # needs, every run falls short by a little, or a guard is unclear
+            # at the cap: confirmation pairs (every arm, so guards stay paired)
+            err = s.confirm_pairs(more) or _objective_values_error(s, plan.metric)
+            if err is not None:
+                return _error(err, runs=s.runs, pairs=s.pairs, **plan.base)
         if any(g.status == "fail" for g in guard_results) or look.decision == "reject":
             break
         if look.decision == "accept" and not any(g.status == "unclear" for g in guard_results):
             break
+        if look.finding == "wild":  # slow runs no count within accept_max_runs rules out
+            break
     assert look is not None
     return look, guard_results
+
+
+def _guard_room(plan: _Plan, s: Session, look: ObjectiveLook, final: bool) -> int:
+    """Confirmation pairs an accept's guards may still take at the cap before
+    one left unclear (its interval straddling the bound) makes it ``review``:
+    half as many again as measured (at least ``CONFIRM_MIN``), up to
+    ``[verifier] accept_max_runs`` candidate runs; 0 before the cap, without
+    an accept, with the rule off, or with the budget spent. While room is
+    left the guards are judged at their interim level (pass or fail only
+    when clear), so more looks do not make a regression at the bound pass
+    more often (issue 29: undecided is not decided, but measured further
+    where the budget allows)."""
+    v = plan.config.verifier
+    if not final or look.decision != "accept" or v.accept_wild_rate <= 0:
+        return 0
+    runs = len(s.all_records("candidate"))
+    return max(0, min(v.accept_max_runs, runs + max(CONFIRM_MIN, runs // 2)) - runs)
+
+
+def _judge_look(plan: _Plan, s: Session, design: Design) -> ObjectiveLook:
+    """The objective at this look (``stats.judge_objective``): the design's
+    pairs, with the confirmation pairs counted in the gain over every run and
+    in the count of slow runs."""
+    v = plan.config.verifier
+    sign = 1 if plan.direction == "higher" else -1
+    c, r = s.design_values("candidate", plan.metric), s.design_values("bk", plan.metric)
+    ce, re_ = s.confirm_values("candidate", plan.metric), s.confirm_values("bk", plan.metric)
+    k = min(ce.size, re_.size)  # whole confirmation pairs only
+    ce, re_ = ce[:k], re_[:k]
+    return judge_objective(
+        log_ratios(c, r) * sign,
+        min_gain=plan.config.objective.min_gain,
+        design=design,
+        margin=plan.margin,
+        # in cost orientation (a run's time per unit of work), which the
+        # every-run gain needs; the screen and the spreads use |levels|
+        levels=(np.log(c) + np.log(r)) * -sign,
+        extra_gains=log_ratios(ce, re_) * sign,
+        extra_levels=(np.log(ce) + np.log(re_)) * -sign,
+        wild_rate=v.accept_wild_rate,
+        confidence=v.accept_confidence,
+        max_runs=v.accept_max_runs,
+        **plan.prior,
+    )
 
 
 def _self_report_doubt(plan: _Plan, s: Session, look: ObjectiveLook) -> str | None:
@@ -518,7 +576,7 @@ def _objective_values_error(s: Session, metric: str) -> RunError | None:
     """A RunError when the objective's metric is missing or not positive in a
     run of the candidate or of Bk (the candidate's checked first)."""
     for arm in ("candidate", "bk"):
-        vals = s.values(arm, metric)
+        vals = np.concatenate([s.design_values(arm, metric), s.confirm_values(arm, metric)])
         if np.isnan(vals).any() or np.any(vals <= 0):
             return RunError(
                 stage=ARM_STAGE[arm],
@@ -536,10 +594,10 @@ def _run_warnings(s: Session, metric: str) -> list[str]:
     warnings: list[str] = []
     for arm in s.names:
         warnings += value_warnings(f"{metric} ({arm_label(arm)})", s.values(arm, metric))
-        why = explain_runs(s.records[arm])
+        why = explain_runs(s.all_records(arm))
         if why:
             warnings.append(f"{arm_label(arm)} runs: {why}")
-    base_failed = sum(rr.result.failed for rr in s.records["bk"] if rr.result is not None)
+    base_failed = sum(rr.result.failed for rr in s.all_records("bk") if rr.result is not None)
     if base_failed:
         warnings.append(f"the baseline itself had {base_failed} failed request(s)")
     return warnings
@@ -574,6 +632,8 @@ def _objective(plan: _Plan, found: _Found) -> ObjectiveResult:
         p_value=look.p_value,
         min_gain=plan.config.objective.min_gain,
         noise_margin=plan.margin,
+        candidate_runs=look.n + look.confirmed,
+        confirmation_pairs=look.confirmed,
     )
 
 
@@ -655,6 +715,8 @@ def _conclude(
             "the pair's two runs) lay far from the other pairs' (a run slowed or sped up by "
             "something else); the objective was judged without them"
         )
+    if found.look.confirmed:
+        warnings.append(_confirmed_note(found.look))
     too_noisy = _calibration_too_noisy(plan)
     if too_noisy:
         warnings.append(too_noisy)
@@ -674,6 +736,8 @@ def _conclude(
     if found.flags and decision == Decision.ACCEPT:
         decision, reason = Decision.REVIEW, found.flags[0]
     warnings += [f for f in found.flags if f != reason]
+    if decision == Decision.ACCEPT and (off := _wild_rule_off(plan, found.look)):
+        warnings.insert(0, off)
     return Verdict(
         decision=decision,
         reason=reason,
@@ -766,6 +830,44 @@ def _matrix(
             "warnings": tuple(dict.fromkeys(warnings)),
             "tradeoffs": tuple(lines),
         }
+    )
+
+
+def _confirmed_note(look: ObjectiveLook) -> str:
+    """Why the verifier measured confirmation pairs after the design's."""
+    wc = look.wild
+    why = (
+        f"{look.confirmed} confirmation pair(s) measured after the {look.n} pairs of the "
+        f"test, so that every run counts in an accept: the candidate's {look.n + look.confirmed} "
+        f"runs show a gain over every run of {look.every_gain:+.1%}"
+    )
+    if wc is not None:
+        why += f"; {wc.why()}"
+    return why
+
+
+def _wild_rule_off(plan: _Plan, look: ObjectiveLook) -> str:
+    """What an accept made under a wild-run rule looser than the default
+    (``[verifier] accept_wild_rate`` 0 or above 0.1, or a lower
+    ``accept_confidence``) cannot rule out, said in the verdict as a
+    self-reported objective is ('' when the accept measured at least the
+    candidate runs the default rule needs): the maintainer's choice is
+    visible on every pull request it lets through."""
+    v = plan.config.verifier
+    default = VerifierSettings().accept_runs_needed()
+    runs = look.n + look.confirmed
+    if v.accept_runs_needed() >= default or runs >= default:
+        return ""
+    rule = (
+        "the wild-run rule off ([verifier] accept_wild_rate = 0)"
+        if v.accept_wild_rate <= 0
+        else f"a looser wild-run rule ([verifier] accept_wild_rate = {v.accept_wild_rate:g}, "
+        f"accept_confidence = {v.accept_confidence:g})"
+    )
+    return (
+        f"accepted on {runs} candidate run(s) with {rule}: a candidate slow in one run of "
+        f"ten shows none of them in {runs} runs {0.9 ** runs:.0%} of the time; the default "
+        f"rule measures the {default} runs after which it would have shown"
     )
 
 

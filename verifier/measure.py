@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +117,12 @@ class Session:
         self.progress = progress
         self.on_run = on_run
         self.records: dict[str, list[RunRecord]] = {a: [] for a in self.names}
+        self.confirm_records: dict[str, list[RunRecord]] = {a: [] for a in self.names}
+        """Confirmation pairs (``confirm_pairs``), kept apart from ``records``."""
+        self.every_run = False
+        """Values, samples and directions over every measured run (the pairs'
+        and the confirmation pairs'): ``every_run_scope``. Off, ``records``
+        only (the objective's sequential test: ``design_values``)."""
         self.runs = 0
         self.run_offset = run_offset
         self.planned = 0
@@ -176,10 +183,17 @@ class Session:
             stderr_tail=tail[-4000:],
         )
 
-    def _run(self, arm: str, phase: str, index: int | None = None) -> RunRecord:
+    def _run(
+        self,
+        arm: str,
+        phase: str,
+        index: int | None = None,
+        into: dict[str, list[RunRecord]] | None = None,
+    ) -> RunRecord:
         """One run of ``arm`` on a fresh export of its checkout (removed after
         the run and, for a measured run (``index``), after ``on_run`` read its
-        outputs); a measured run that succeeded joins ``records``."""
+        outputs); a measured run that succeeded joins ``records`` (or
+        ``into``)."""
         try:
             export = fresh_export(Path(self.arms[arm]), self._tmp)
         except OSError as e:
@@ -199,7 +213,7 @@ class Session:
             self.runs += 1
             self._emit(phase, arm)
             if index is not None and rec.ok:
-                self.records[arm].append(rec)
+                (self.records if into is None else into)[arm].append(rec)
                 if self.on_run is not None:
                     self.on_run(arm, rec, index)
             return rec
@@ -263,11 +277,55 @@ class Session:
                 left -= 1
         return None
 
+    def confirm_pairs(self, k: int, arms: tuple[str, ...] | None = None) -> RunError | None:
+        """Add ``k`` confirmation pairs of ``arms`` (default: every arm, so
+        that guards vs B0 stay paired too; ABBA blocks in the
+        session's secret order, every run on a fresh export, measured and
+        snapshotted like any other: a run cannot tell it is one), kept in
+        ``confirm_records``, apart from ``records``: the design's pairs and
+        the guards' intervals stay as they were; the objective's gain over
+        every run and its count of slow runs take them in
+        (``judge._looks``)."""
+        names = [a for a in self.names if arms is None or a in arms]
+        if k <= 0 or not names:
+            return None
+        self.planned += k * len(names)
+        left = k
+        while left > 0:
+            order = [names[i] for i in self.rng.permutation(len(names))]
+            halves = [order, order[::-1]] if left >= 2 else [order]
+            for half in halves:
+                for arm in half:
+                    index = len(self.records[arm]) + len(self.confirm_records[arm])
+                    rec = self._run(arm, "measure", index, into=self.confirm_records)
+                    if not rec.ok:
+                        n = len(self.confirm_records[arm]) + 1
+                        return self._fail(arm, rec, f"confirmation run {n}")
+                left -= 1
+        return None
+
+    def all_records(self, arm: str) -> list[RunRecord]:
+        """Every measured run of ``arm``: the pairs' and the confirmation pairs'."""
+        return [*self.records[arm], *self.confirm_records.get(arm, [])]
+
+    def _recs(self, arm: str) -> list[RunRecord]:
+        return self.all_records(arm) if self.every_run else self.records[arm]
+
+    @contextmanager
+    def every_run_scope(self) -> Iterator[Session]:
+        """Within it, ``values``, ``per_run``, ``pooled`` and ``directions``
+        read every measured run (the guards, the metrics table)."""
+        old, self.every_run = self.every_run, True
+        try:
+            yield self
+        finally:
+            self.every_run = old
+
     # ---- values -----------------------------------------------------------
     def series_directions(self, config: BenchmarkConfig) -> dict[str, Direction]:
         seen: dict[str, Direction] = {}
-        for recs in self.records.values():
-            for r in recs:
+        for arm in self.names:
+            for r in self._recs(arm):
                 if r.result is not None:
                     for s in r.result.samples:
                         seen[s] = config.samples.get(s, "lower")
@@ -296,11 +354,20 @@ class Session:
         }
 
     def _everywhere(self, pred) -> bool:
-        recs = [r for v in self.records.values() for r in v]
+        recs = [r for arm in self.names for r in self._recs(arm)]
         return bool(recs) and all(pred(r) for r in recs)
 
     def values(self, arm: str, metric: str) -> np.ndarray:
+        return np.array([_value(r, metric, self) for r in self._recs(arm)], dtype=float)
+
+    def design_values(self, arm: str, metric: str) -> np.ndarray:
+        """``values`` of the design's pairs only, whatever the scope."""
         return np.array([_value(r, metric, self) for r in self.records[arm]], dtype=float)
+
+    def confirm_values(self, arm: str, metric: str) -> np.ndarray:
+        """``values`` of the confirmation pairs (``confirm_pairs``)."""
+        recs = self.confirm_records.get(arm, [])
+        return np.array([_value(r, metric, self) for r in recs], dtype=float)
 
     def source(self, metric: str) -> Source:
         """Who produced ``metric`` in this session's runs (see ``RunRecord.sources``)."""
@@ -310,7 +377,7 @@ class Session:
         src = self.percentile_source(metric)
         if src is not None:
             return b.reporter
-        seen = {r.sources.get(metric) for recs in self.records.values() for r in recs if r.sources}
+        seen = {r.sources.get(metric) for a in self.names for r in self._recs(a) if r.sources}
         if "evaluator" in seen:
             return "evaluator"
         return b.metric_source(metric)
@@ -326,13 +393,13 @@ class Session:
     def per_run(self, arm: str, series: str) -> list[np.ndarray]:
         return [
             np.asarray(r.result.samples.get(series, ()), dtype=float)
-            for r in self.records[arm]
+            for r in self._recs(arm)
             if r.result is not None
         ]
 
     def pooled(self, arm: str, series: str) -> np.ndarray:
         out: list[float] = []
-        for r in self.records[arm]:
+        for r in self._recs(arm):
             if r.result is not None:
                 out.extend(r.result.samples.get(series, ()))
         return np.array(out, dtype=float)

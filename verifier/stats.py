@@ -265,6 +265,9 @@ HUBER_STEPS = 5
 # max(1, SKIP_SHARE) of the pairs. 2.0 measured best for power at CV 5% with
 # 2% of runs slowed 15-50% (2.5 and 1.5 both lower; no effect on A/A rates).
 LEVEL_K = 2.0
+# Confirmation pairs asked for at least when the gain over every run falls
+# short of min_gain while not slower (then half as many again as measured).
+CONFIRM_MIN = 10
 
 
 def spending(t: float, alpha: float, gamma: float = SPENDING_GAMMA) -> float:
@@ -475,6 +478,134 @@ def every_run_gain(log_gains, levels=None) -> float:
     return float(math.log(ref.sum() / cand.sum()))
 
 
+def pair_costs(log_gains, levels) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate's, reference's) per-run costs of each pair from its log gain
+    and its level in cost orientation (``every_run_gain``): ``cost_candidate
+    = exp((level - gain) / 2)``, ``cost_reference = exp((level + gain) / 2)``."""
+    g = np.asarray(log_gains, dtype=float)
+    lv = np.asarray(levels, dtype=float)
+    return np.exp((lv - g) / 2), np.exp((lv + g) / 2)
+
+
+def runs_needed(rate: float, confidence: float, wild: int = 0, *, limit: int = 10**6) -> int:
+    """The candidate runs an accept needs, ``wild`` of them wild
+    (``wild_check``), for a candidate whose runs are wild at ``rate`` (or
+    more) to show more than ``wild`` of them with ``confidence``: the
+    smallest n with P(Binomial(n, rate) <= wild) <= alpha_wild, where
+    alpha_wild = (1 - confidence) / 2^(wild + 1). The halving spends
+    1 - confidence over every count a verification may end at (a union
+    bound): a verification that accepts after seeing k wild runs in n >= the
+    k-th need was at most k at that need, so P(accept | wild rate >= rate)
+    <= sum_k (1 - confidence) / 2^(k + 1) = 1 - confidence, however the
+    runs are added. 0 when ``rate`` is 0 (the rule off); ``limit`` + 1 when
+    more than ``limit`` would be needed. At rate 0.1 and confidence 0.99:
+    51 runs with none wild, 79 with one, 106 with two."""
+    if rate <= 0:
+        return 0
+    if not 0 < rate < 1 or not 0 < confidence < 1:
+        raise ValueError(f"rate and confidence must lie in (0, 1): {rate}, {confidence}")
+    a = (1 - confidence) / 2 ** (wild + 1)
+    if wild == 0:  # (1 - rate)^n <= a
+        n = max(1, math.ceil(math.log(a) / math.log1p(-rate) - 1e-9))
+        return n if n <= limit else limit + 1
+    lo, hi = wild + 1, 2 * (wild + 1)
+    while _st.binom.cdf(wild, hi, rate) > a:  # grow, then bisect
+        lo, hi = hi, hi * 2
+        if hi > 4 * limit:
+            return limit + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _st.binom.cdf(wild, mid, rate) > a:
+            lo = mid + 1
+        else:
+            hi = mid
+    return hi if hi <= limit else limit + 1
+
+
+@dataclass(frozen=True)
+class WildCheck:
+    """Whether the candidate's runs measured so far can show an accept is not
+    carried by runs chosen to be fast (``wild_check``)."""
+
+    runs: int
+    """The candidate's measured runs (pairs and confirmation runs; no warm-up)."""
+    wild: int
+    """Of them, runs so slow that runs like them at ``rate`` would make the
+    candidate slower than the reference over every run, beyond as many of
+    the reference's runs as slow against its own typical run (the machine's
+    share: ``base_slow``)."""
+    needed: int
+    """Runs an accept needs with ``wild`` wild runs seen (``runs_needed``)."""
+    slowest: float
+    """The candidate's slowest run over its typical (median) run."""
+    threshold: float
+    """A run over its typical one beyond this is wild."""
+    rate: float
+    confidence: float
+    base_slow: int = 0
+    """The reference's runs as slow against its typical run (the machine's
+    outliers, which the candidate's own count is taken net of)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.runs >= self.needed
+
+    def why(self) -> str:
+        """What the count means, for a reason or a warning."""
+        base = (
+            f"an accept needs {self.needed} measured candidate runs"
+            f" (so that slow runs at a rate of {self.rate:.0%} or more would have shown "
+            f"{'more than ' + str(self.wild) + ' time(s)' if self.wild else ''}"
+            f"{'' if self.wild else 'at least once'} with {self.confidence:.0%} confidence)"
+        )
+        net = f", net of the baseline's {self.base_slow} as slow" if self.base_slow else ""
+        seen = (
+            f"; {self.wild} of the candidate's {self.runs} runs took more than "
+            f"{self.threshold:.2f}x its typical run's time (slowest {self.slowest:.2f}x{net}): "
+            f"runs like that in {self.rate:.0%} of its runs would make it slower than the "
+            "baseline over every run"
+            if self.wild
+            else f"; {self.runs} measured, none slow enough to matter{net}"
+        )
+        return base + seen
+
+
+def wild_check(
+    cand_costs, ref_costs, *, rate: float, confidence: float, limit: int = 10**6
+) -> WildCheck:
+    """Count the candidate's wild runs and the runs an accept needs.
+
+    A run of cost x is wild when runs like it at ``rate`` would make the
+    candidate slower than the reference over every run: (1 - rate) m +
+    rate x > R, with m and R the candidate's and the reference's typical
+    (median) costs. An honest +12% candidate has no run 2.2x its typical one;
+    one +2% faster has runs 1.2x its typical one only as the machine's
+    outliers, which slow the reference's runs as often: the count is net of
+    the reference's runs as slow against its own typical run (the candidate
+    cannot slow them: another process, killed with its run). No rule can see
+    a wild run that was not measured: the accept needs ``runs_needed(rate,
+    confidence, wild)`` of the candidate's runs."""
+    c = np.asarray(cand_costs, dtype=float)
+    r = np.asarray(ref_costs, dtype=float)
+    if rate <= 0 or c.size == 0:
+        return WildCheck(c.size, 0, 0, math.nan, math.inf, rate, confidence)
+    m = float(np.median(c))
+    big_r = float(np.median(r)) if r.size else m
+    thr = (m + max(big_r - m, 0.0) / rate) / m
+    kb = int(np.sum(r / big_r > thr)) if r.size else 0
+    k = max(0, int(np.sum(c / m > thr)) - kb)
+    return WildCheck(
+        base_slow=kb,
+        runs=int(c.size),
+        wild=k,
+        needed=runs_needed(rate, confidence, k, limit=limit),
+        slowest=float(np.max(c) / m),
+        threshold=thr,
+        rate=rate,
+        confidence=confidence,
+    )
+
+
 def robust_location(
     d, *, prior_sd: float | None = None, prior_df: int = 0, cautious: bool = False
 ) -> Location:
@@ -675,7 +806,10 @@ class ObjectiveLook:
     repeated confidence interval of the gain (valid over all looks at once),
     and every decision rests on it. ``decision`` is "accept", "reject" or
     "continue"; ``finding`` says which: "gain", "slower" (the interval lies
-    below 0), "short" (it lies below ``min_gain``) or "unclear". ``scale`` is
+    below 0), "short" (it lies below ``min_gain``), "unclear", "every" (the
+    pairs accept, every run does not), "runs" (the pairs accept; ``more``
+    confirmation pairs first) or "wild" (slow runs ``accept_max_runs``
+    cannot rule out: review). ``scale`` is
     the per-pair spread the test used, ``noise`` the check of the
     calibration's spread against this verification's.
     """
@@ -703,6 +837,14 @@ class ObjectiveLook:
     set_aside: int = 0
     """Pairs the interval was judged without: ``screened`` plus those the
     location skipped (``Location.clipped``)."""
+    wild: WildCheck | None = None
+    """The candidate's runs against what an accept needs (``wild_check``;
+    None when ``wild_rate`` is 0 or the look does not accept on its pairs)."""
+    more: int = 0
+    """Confirmation pairs this look asks for (``finding = "runs"``)."""
+    confirmed: int = 0
+    """Confirmation pairs judged with the look's (measured after the design's
+    pairs to confirm an accept; they count in ``every_gain`` and ``wild``)."""
 
 
 def judge_objective(
@@ -716,6 +858,11 @@ def judge_objective(
     levels=None,
     prior_level_sd: float | None = None,
     prior_check_sd: float | None = None,
+    extra_gains=None,
+    extra_levels=None,
+    wild_rate: float = 0.0,
+    confidence: float = 0.99,
+    max_runs: int = 10**6,
 ) -> ObjectiveLook:
     """Decide on the objective at one planned look from per-pair log gains
     (positive = candidate better), by the repeated interval alone:
@@ -728,6 +875,17 @@ def judge_objective(
               the accept, so an identical candidate is called slower at most
               ``alpha`` of the time over all looks;
     continue: anything else (the caller adds pairs, or ends inconclusive).
+
+    Every run counts in an accept: the gain over every run (``every_gain``:
+    the look's pairs and the confirmation pairs, ``extra_gains`` and
+    ``extra_levels``, measured after an earlier look to confirm an accept)
+    must reach ``min_gain`` too, and with
+    ``wild_rate`` > 0 the candidate's measured runs must number
+    ``runs_needed(wild_rate, confidence, wild)`` (``wild_check``): fewer is
+    ``continue`` with ``finding = "runs"`` (the caller measures that many
+    more pairs, ABBA, kept apart from the design's, and judges the look
+    again), more than ``max_runs``
+    needed is ``finding = "wild"`` (``capped_decision``: review).
 
     The calibration's spread (``prior_sd``, ``prior_df``) is pooled in only
     from ``POOL_MIN_PAIRS`` pairs on and where ``noise_check`` finds that it
@@ -782,10 +940,18 @@ def judge_objective(
     look: dict[str, Any] = dict(
         n=n, gain=gain, gain_low=lo, gain_high=hi, log_gain=est, p_value=p
     )
-    every = every_run_gain(g, lv)
+    eg = np.asarray(extra_gains if extra_gains is not None else (), dtype=float)
+    elv = np.asarray(extra_levels if extra_levels is not None else (), dtype=float)
+    if eg.size != elv.size:
+        raise ValueError(f"confirmation pairs: {eg.size} gains but {elv.size} levels")
+    if lv is None:
+        eg = elv = np.empty(0)  # no costs to count them in
+    all_g = np.concatenate([g, eg])
+    all_lv = None if lv is None else np.concatenate([lv, elv])
+    every = every_run_gain(all_g, all_lv)
     every_gain = math.expm1(every)
     look.update(critical=crit, margin=margin, scale=loc.scale, noise=noise, screened=screened)
-    look.update(every_gain=every_gain, set_aside=screened + loc.clipped)
+    look.update(every_gain=every_gain, set_aside=screened + loc.clipped, confirmed=int(eg.size))
     if not deciding:
         why = f"no decision before {design.deciding_looks[0]} pairs (too few to check the noise)"
         return ObjectiveLook(**look, decision="continue", reason=f"{ci}; {why}")
@@ -801,23 +967,58 @@ def judge_objective(
             f"min_gain after {n} pairs"
         )
         return ObjectiveLook(**look, decision="reject", reason=why, finding="short")
-    if lo > margin and gain >= min_gain and every_gain >= min_gain:
+    if lo > margin and gain >= min_gain:
         clears = f"clears the bias margin {margin:.2%}" if margin > 0 else "clears 0"
         why = f"gain {ci} {clears} (t > {crit:.2f}), p={p:.2g}, after {n} pairs"
-        if look["set_aside"]:
+        if look["set_aside"] or eg.size:
             why += f"; over every run (none set aside) {every_gain:+.2%}"
+        wc = None
+        if wild_rate > 0:
+            if all_lv is not None:
+                cand, ref = pair_costs(all_g, all_lv)
+                wc = wild_check(cand, ref, rate=wild_rate, confidence=confidence)
+            else:  # no costs: count the runs only
+                wc = WildCheck(n, 0, runs_needed(wild_rate, confidence),
+                               math.nan, math.inf, wild_rate, confidence)  # fmt: skip
+            look["wild"] = wc
+        runs = int(all_g.size)
+        if every_gain < min_gain:
+            # the pairs the interval set aside (or runs it weighs less) make the
+            # candidate short over all its runs: never an accept. Not slower
+            # over them, and room left: confirm on more runs (the gain over
+            # every run of an honest candidate settles as they add up); else
+            # more pairs, and at the cap a human (``capped_decision``: review)
+            short = (
+                f"the runs kept show a gain {ci}, but over every run (none set aside: "
+                f"total time of the candidate's {runs} runs against the baseline's) the "
+                f"gain is {every_gain:+.2%}, below min_gain {min_gain:.2%}: "
+                f"{_every_run_why(all_g, all_lv, look['set_aside'])}"
+            )
+            if wc is not None and every_gain >= 0 and runs < max_runs:
+                more = min(max_runs, max(wc.needed, runs + max(CONFIRM_MIN, runs // 2))) - runs
+                return ObjectiveLook(
+                    **look, decision="continue", finding="runs", more=more,
+                    reason=f"{short}; confirming on {more} more pair(s)",
+                )  # fmt: skip
+            return ObjectiveLook(**look, decision="continue", reason=short, finding="every")
+        if wc is not None and not wc.ok:
+            if wc.needed <= max_runs:
+                more = wc.needed - wc.runs
+                why = (
+                    f"the pairs accept ({why}), but {wc.why()}: {more} more pair(s) to "
+                    "confirm it before it can say accept"
+                )
+                return ObjectiveLook(
+                    **look, decision="continue", reason=why, finding="runs", more=more
+                )
+            why = (
+                f"the pairs accept ({why}), but {wc.why()}: more than the {max_runs} "
+                "candidate runs allowed ([verifier] accept_max_runs); a human must look"
+            )
+            return ObjectiveLook(**look, decision="continue", reason=why, finding="wild")
+        if wc is not None:
+            why += f"; {wc.runs} candidate runs measured ({wc.why()})"
         return ObjectiveLook(**look, decision="accept", reason=why, finding="gain")
-    if lo > margin and gain >= min_gain:
-        # the pairs the interval set aside (or runs it weighs less) make the
-        # candidate short over all its runs: never an accept; more pairs, and
-        # at the cap a human (``decide``: review)
-        why = (
-            f"the runs kept show a gain {ci}, but over every run (none set aside: total "
-            f"time of the candidate's {n} runs against the baseline's) the gain is "
-            f"{every_gain:+.2%}, below min_gain {min_gain:.2%}: "
-            f"{_every_run_why(g, lv, look['set_aside'])}"
-        )
-        return ObjectiveLook(**look, decision="continue", reason=why, finding="every")
     open_ends: list[str] = []
     if lo <= margin:
         what = f"the bias margin {margin:.2%}" if margin > 0 else "0"
@@ -864,14 +1065,21 @@ def run_sequential(
     prior_df: int = 0,
     prior_level_sd: float | None = None,
     prior_check_sd: float | None = None,
+    draw_confirm=None,
+    wild_rate: float = 0.0,
+    confidence: float = 0.99,
+    max_runs: int = 10**6,
 ) -> tuple[str, ObjectiveLook]:
     """The sequential design on its own, for simulations: ``draw_pairs(k)``
     returns k more per-pair log gains, or (gains, levels) with the levels
-    in cost orientation (``every_run_gain``). Returns (decision, last look)
-    with decision in accept | reject | inconclusive | review
-    (``capped_decision``), exactly
-    as ``judge.verify`` decides on the objective."""
-    g, lv = np.empty(0), np.empty(0)
+    in cost orientation (``every_run_gain``); ``draw_confirm(k)`` (default:
+    ``draw_pairs``): k confirmation pairs, asked for when a look needs more
+    of the candidate's runs before it can accept (``finding = "runs"``),
+    kept apart from the design's pairs.
+    Returns (decision, last look) with decision in accept | reject |
+    inconclusive | review (``capped_decision``), exactly as ``judge.verify``
+    decides on the objective."""
+    g, lv, eg, elv = np.empty(0), np.empty(0), np.empty(0), np.empty(0)
     look = None
     for target in design.looks:
         drawn = draw_pairs(target - g.size)
@@ -879,19 +1087,32 @@ def run_sequential(
             drawn, more = drawn
             lv = np.concatenate([lv, np.asarray(more, dtype=float)])
         g = np.concatenate([g, np.asarray(drawn, dtype=float)])
-        look = judge_objective(
-            g,
-            min_gain=min_gain,
-            design=design,
-            margin=margin,
-            prior_sd=prior_sd,
-            prior_df=prior_df,
-            levels=lv if lv.size == g.size else None,
-            prior_level_sd=prior_level_sd,
-            prior_check_sd=prior_check_sd,
-        )
-        if look.decision != "continue":
-            return look.decision, look
+        while True:
+            look = judge_objective(
+                g,
+                min_gain=min_gain,
+                design=design,
+                margin=margin,
+                prior_sd=prior_sd,
+                prior_df=prior_df,
+                levels=lv if lv.size == g.size else None,
+                prior_level_sd=prior_level_sd,
+                prior_check_sd=prior_check_sd,
+                extra_gains=eg,
+                extra_levels=elv,
+                wild_rate=wild_rate,
+                confidence=confidence,
+                max_runs=max_runs,
+            )
+            if look.finding != "runs" or look.more <= 0:
+                break
+            got = (draw_confirm or draw_pairs)(look.more)
+            if not isinstance(got, tuple):
+                break  # no levels: no costs to confirm with
+            eg = np.concatenate([eg, np.asarray(got[0], dtype=float)])
+            elv = np.concatenate([elv, np.asarray(got[1], dtype=float)])
+        if look.decision != "continue" or look.finding == "wild":
+            return (look.decision if look.decision != "continue" else "review"), look
     if look is None:
         raise ValueError("a design needs at least one look")
     return capped_decision(look), look
@@ -900,8 +1121,12 @@ def run_sequential(
 def capped_decision(look: ObjectiveLook) -> str:
     """The objective's decision when the cap leaves it open: ``review`` when
     the runs kept accept while the candidate is SLOWER over every run (fast in
-    most runs, slow in some: what a human must see), else ``inconclusive``
-    (short of ``min_gain`` over every run by a little, or the interval open)."""
+    most runs, slow in some: what a human must see), or when its runs show
+    slow runs an accept cannot rule out within ``accept_max_runs``
+    (``finding = "wild"``), else ``inconclusive`` (short of ``min_gain`` over
+    every run by a little, or the interval open)."""
+    if look.finding == "wild":
+        return "review"
     return "review" if look.finding == "every" and look.every_gain < 0 else "inconclusive"
 
 

@@ -138,6 +138,14 @@ class ObjectiveResult(_Frozen):
     p_value: float | None = None
     min_gain: float = 0.0
     noise_margin: float = 0.01
+    candidate_runs: int | None = None
+    """The candidate's measured runs the objective judged (its pairs and its
+    confirmation pairs; no warm-up): an accept needs enough of them that
+    slow runs at ``[verifier] accept_wild_rate`` would have shown (issue 29)."""
+    confirmation_pairs: int = Field(0, ge=0)
+    """Pairs measured after the design's to confirm an accept (the pairs
+    accepted on fewer candidate runs than an accept needs, or the gain over
+    every run fell short by a little); the verdict's warnings say why."""
 
 
 class GuardResult(_Frozen):

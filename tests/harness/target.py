@@ -4,6 +4,7 @@ settings file controls (``delay_ms`` per request), in a fresh git repo."""
 from __future__ import annotations
 
 import subprocess
+import zipfile
 from pathlib import Path
 
 BENCH = '''\
@@ -65,6 +66,9 @@ warmup = 0
 initial_pairs = 6
 step = 2
 max_pairs = 8
+# these tests are about the loop, not the wild-run rule (tests/verifier/test_wild_runs.py):
+# an accept after ~16 runs, not the ~100 an accept needs by default
+accept_wild_rate = 0
 calibration_pairs = 3
 alpha = 0.05
 bootstrap = 10000
@@ -136,3 +140,15 @@ def make_patch(repo: Path, out: Path, message: str, edits: dict[str, str]) -> Pa
 
 FASTER_SETTINGS = '# speed settings\ndelay_ms = 17\nmode = "plain"\n'
 TRUNCATED_CORE = CORE.replace('" ".join(WORDS)', "WORDS[0]")
+
+
+def wheel(folder: Path, mark: str, name: str = "rsienvdep") -> Path:
+    """A pure-Python wheel of one module, ``{name}.MARK = mark`` (made here: no index)."""
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    info = f"{name}-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}.py", f"MARK = {mark!r}\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", f"{name}.py,,\n{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
+    return path

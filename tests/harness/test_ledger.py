@@ -121,6 +121,11 @@ def test_old_ledger_lines_read_back_typed(tmp_path: Path):
         else:  # the same verdict, typed: its JSON is the JSON the old line held
             assert isinstance(r.verdict, Verdict)
             now = json.loads(r.verdict.to_json())
+            if now.get("objective") and old["verdict"].get("objective"):
+                # fields added to the objective since (issue 29) hold their defaults
+                added = set(now["objective"]) - set(old["verdict"]["objective"])
+                assert {k: now["objective"].pop(k) for k in added} == {
+                    "candidate_runs": None, "confirmation_pairs": 0}
             assert {k: now[k] for k in old["verdict"]} == old["verdict"]
             # fields added to Verdict since hold their defaults (no matrix cells)
             assert {k: now[k] for k in set(now) - set(old["verdict"])} == {"cells": []}

@@ -290,6 +290,11 @@ def toml_proposal(block: str) -> str:
     ("[verifier]\ninitial_pairs = 6.5", "[verifier] initial_pairs: must be a whole number"),
     ("[verifier]\nlevel = 0.5", "[verifier] level = 0.5 would loosen the repo's 0.95"),
     ("[verifier]\nseed = 7", "[verifier] seed: not settable by a proposal"),
+    # the wild-run rule (issue 29): never off or looser from a proposal
+    ("[verifier]\naccept_wild_rate = 0", "[verifier] accept_wild_rate: not settable by a proposal"),
+    ("[verifier]\naccept_confidence = 0.9", "[verifier] accept_confidence = 0.9 would loosen the repo's 0.99"),
+    ("[verifier]\naccept_max_runs = 60", "[verifier] accept_max_runs = 60 would loosen the repo's 160"),
+    ("[verifier]\naccept_max_runs = 10000", "[verifier] accept_max_runs = 10000 is above the highest allowed, 400"),
     # quality guards: WER max 1.0, output length +-10000 %
     ("[[quality]]\nkind = 'wer'\noutput = 'transcripts'\nmax = 1.0\nmax_delta = 0.01",
      "raises max from 0.05 to 1.0"),

@@ -4,6 +4,7 @@ estimate once runs are timed, and the wall-time budget (harness.cli.Budget)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -101,3 +102,27 @@ def test_a_budget_spent_by_the_calibration_refuses_without_a_longer_one(tmp_path
                    should_stop=lambda: "time budget: 15.2 of 15 min used")
     assert res.status == "refused" and res.reason.endswith("(not measured again: time budget: 15.2 of 15 min used)")
     assert [c[0] for c in fakes.CALLS] == ["calibrate"]  # no longer calibration
+
+
+def test_the_estimates_count_the_runs_an_accept_needs_with_the_wild_run_rule_on(tmp_path: Path):
+    """Issue 29: with the default wild-run rule an accept measures at least 51
+    candidate runs and a verification up to accept_max_runs (160); the
+    up-front estimate and the budget's worst round say so."""
+    from harness.cli import estimate
+
+    target = make_target(tmp_path, python=sys.executable)
+    cfg = target / ".rsi" / "config.toml"
+    cfg.write_text(cfg.read_text().replace("accept_wild_rate = 0\n", ""))
+    subprocess.run(["git", "commit", "-qam", "the default wild-run rule"], cwd=target, check=True)
+    spec = load_task(target, None, "t")
+    v = spec.verify.verifier
+    assert v.accept_wild_rate == 0.1 and v.max_pairs == 8 and v.warmup == 0
+    text = estimate(spec, 2)
+    assert text.startswith(f"at most {2 * 3 + 2 * 2 * 160} benchmark runs"), text
+    assert "an accept takes at least 102: every run counts" in text, text
+    steps = StepLines(spec, 1, echo=[].append)
+    steps.run_gaps = [2.0, 2.0, 2.0]
+    assert steps.worst_round_s() == 3 * 160 * 2
+    # the rule off (as in the other tests' target): no accept line, max_pairs bounds
+    off = estimate(load_task(make_target(tmp_path / "off", python=sys.executable), None, "t"), 2)
+    assert off.startswith(f"at most {2 * 3 + 2 * 2 * 8} benchmark runs") and "accept takes" not in off

@@ -160,12 +160,19 @@ def test_the_time_limit_follows_the_typed_verifier_settings():
 
     from .target import CONFIG
 
-    cfg = CONFIG.replace("{python}", sys.executable)
+    off = CONFIG.replace("{python}", sys.executable)  # the target turns the wild-run rule off
+    cfg = off.replace("accept_wild_rate = 0\n", "")  # the verifier's default: on
     spec = build_task(cfg, "", "t")  # timeout_s 60, warmup 0, max_pairs 8, calibration_pairs 3
     assert SandboxVerifier()._timeout(spec, True) == 90 * (2 * 3 + 2) + 60
-    assert SandboxVerifier()._timeout(spec, False) == 90 * (3 * 8 + 3) + 60
-    bare = build_task(cfg.replace("calibration_pairs = 3\n", "").replace("warmup = 0\n", ""), "", "t")
     d = VerifierSettings()
+    # an accept's confirmation pairs may reach accept_max_runs (issue 29); 6 h at most
+    assert SandboxVerifier()._timeout(spec, False) == min(
+        90 * (3 * d.accept_max_runs + 3) + 60, 6 * 3600
+    )
+    spec_off = build_task(off, "", "t")
+    assert spec_off.verify.verifier.accept_wild_rate == 0
+    assert SandboxVerifier()._timeout(spec_off, False) == 90 * (3 * 8 + 3) + 60
+    bare = build_task(cfg.replace("calibration_pairs = 3\n", "").replace("warmup = 0\n", ""), "", "t")
     assert SandboxVerifier()._timeout(bare, True) == 90 * (2 * d.calibration_pairs + 2 * d.warmup + 2) + 60
 
 

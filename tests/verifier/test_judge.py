@@ -26,6 +26,9 @@ def _cfg(extra: str = "", base: str = CONFIG) -> VerifyConfig:
 #: on a shared machine decides it
 NO_DEFAULT_GUARDS = CONFIG.replace("[verifier]\n", "[verifier]\ndefault_guards = false\n")
 assert NO_DEFAULT_GUARDS != CONFIG
+#: the accept's confirmation rule as configured by default (issue 29)
+WILD_RULE = NO_DEFAULT_GUARDS.replace("accept_wild_rate = 0\n", "")
+assert WILD_RULE != NO_DEFAULT_GUARDS
 
 
 def test_b0_arm_and_quality_guards(checkout):
@@ -39,7 +42,7 @@ def test_b0_arm_and_quality_guards(checkout):
     )
     # 0.68x the work: +47%, as far (in log) from min_gain 5% as from the 2x review line
     v = verify(
-        base, checkout("cand", work=int(BASE_WORK * 0.68)), _cfg(extra, NO_DEFAULT_GUARDS), b0=b0,
+        base, checkout("cand", work=int(BASE_WORK * 0.68)), _cfg(extra, WILD_RULE), b0=b0,
         calibration=cal,
     )
     assert v.decision == "accept", v.reason
@@ -50,7 +53,15 @@ def test_b0_arm_and_quality_guards(checkout):
     # B0 does 1.1x the work, the candidate 0.68x: clearly better vs B0 too (the
     # comparison of the two gains would be a timed assertion on a shared machine)
     assert v.objective.gain_vs_b0 is not None and v.objective.gain_vs_b0 > 0.1
-    assert v.runs == 3 * (1 + v.pairs)  # three arms, 1 warm-up each
+    # three arms, 1 warm-up each; then confirmation pairs of every arm (so
+    # guards vs B0 stay paired) up to the 51 candidate runs an accept needs
+    # (issue 29)
+    o = v.objective
+    assert o.candidate_runs == v.pairs + o.confirmation_pairs >= 51 and o.confirmation_pairs > 0
+    assert v.runs == 3 * (1 + v.pairs + o.confirmation_pairs)  # confirmation: every arm
+    assert any("confirmation pair(s) measured" in w for w in v.warnings), v.warnings
+    assert "51 measured candidate runs" in v.reason, v.reason
+    assert not any("wild-run rule off" in w for w in v.warnings), v.warnings
     garbled = verify(base, checkout("g", work=int(BASE_WORK * 0.75), mode="garbled"), _cfg(extra))
     assert garbled.decision == "reject" and "WER" in garbled.reason
 
@@ -122,6 +133,11 @@ loop_s = "lower"
         checkout("base"), checkout("cand", work=int(BASE_WORK * 0.75)), VerifyConfig.from_toml(extra)
     )
     assert v.decision == "accept", v.reason
+    # the wild-run rule is off in this config: the verdict says what that lets through
+    off = v.warnings[0]
+    assert "with the wild-run rule off ([verifier] accept_wild_rate = 0)" in off, v.warnings
+    assert "the default rule measures the 51 runs" in off
+    assert f"accepted on {v.pairs} candidate run(s)" in off and f"{0.9 ** v.pairs:.0%} of the time" in off
     g = next(g for g in v.guards if g.name.startswith("loop_s <= 1.05x (again)"))
     assert g.status == "pass" and g.value < 0.9
     assert v.runs == 2 * (1 + v.pairs) + 2 * (
