@@ -501,11 +501,12 @@ def sandbox_image(image: str) -> str:
 ENV_REPO = "rsi-bot/env"
 ENV_DOCKERFILE = """FROM {on}
 COPY wheels/ /tmp/rsi-env-wheels/
-COPY requirements.txt /tmp/rsi-env-requirements.txt
-RUN python3 -m pip install --no-index --break-system-packages --no-cache-dir --disable-pip-version-check -q \\
-      --find-links /tmp/rsi-env-wheels -r /tmp/rsi-env-requirements.txt \\
- && rm -rf /tmp/rsi-env-wheels /tmp/rsi-env-requirements.txt
+RUN python3 -m pip install --no-index --no-deps --break-system-packages --no-cache-dir --disable-pip-version-check \\
+      -q /tmp/rsi-env-wheels/*.whl && rm -rf /tmp/rsi-env-wheels
 """
+"""The requirements' closure as ``pip wheel`` resolved it on the host (their
+local paths are the repository's, not the image's): every wheel installed,
+the target's versions winning over the image's, then :data:`PROBE_CHECK`."""
 PROBE_CHECK = "import verifier.probe"
 """What a target's environment image must still run: the verifier's roles
 (its probe and harness) run in it, as in the runtime image."""
@@ -572,8 +573,39 @@ def env_tag(declaration: str, tree: Path, on: str) -> str:
         raise ImageError(f"the image {on} the environment builds on is missing")
     kind = environment_kind(declaration)
     parts: list[str | bytes] = [on_id, str(kind), declaration]
-    parts += _context_digest(path.parent) if kind == "dockerfile" else [path.read_bytes()]
+    parts += _context_digest(path.parent) if kind == "dockerfile" else _requirements_digest(path.resolve(), Path(tree).resolve())
     return f"{ENV_REPO}:{_digest(*parts, ENV_DOCKERFILE)}"
+
+
+def _requirements_digest(req: Path, tree: Path, seen: frozenset[Path] = frozenset()) -> list[str | bytes]:
+    """A requirements file's content and, by content, every file of the tree
+    it names (a local wheel, sdist or package folder, a ``-r``/``-c`` file:
+    relative to its folder, as pip reads them there); a name outside the tree
+    is an error. A requirement from an index is digested by its text: pin it
+    (a lock file), or the image keeps its first resolution."""
+    parts: list[str | bytes] = [str(req.relative_to(tree)), req.read_bytes()]
+    root = tree.resolve()
+    for line in req.read_text(errors="replace").splitlines():
+        words = line.split(" #", 1)[0].split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] in ("-r", "--requirement", "-c", "--constraint", "-e", "--editable") and len(words) > 1:
+            words = words[1:]
+        elif words[0].startswith(("-r", "-c", "-e")) and len(words[0]) > 2 and not words[0].startswith("--"):
+            words = [words[0][2:]]
+        name = words[0].removeprefix("file:")
+        if not (name.startswith((".", "/")) or (req.parent / name).exists()):
+            continue
+        target = (req.parent / name).resolve()
+        if target != root and root not in target.parents:
+            raise ImageError(f"environment {req.relative_to(tree)}: {name!r} is outside the repository; "
+                             "name files of the repository only")
+        if target.is_dir():
+            parts += [name, *_context_digest(target)]
+        elif target.is_file():
+            nested = target.suffix == ".txt" and target not in seen
+            parts += _requirements_digest(target, tree, seen | {req}) if nested else [name, target.read_bytes()]
+    return parts
 
 
 def _env_wheels(req: Path, dest: Path, cache: Path, timeout: float) -> None:
@@ -624,35 +656,16 @@ def target_image(declaration: str, tree: Path, on: str, *, timeout: float = 3600
             with tempfile.TemporaryDirectory(prefix="rsi-env-image-", dir=cache) as tmp:
                 ctx = Path(tmp)
                 _env_wheels(path, ctx / "wheels", cache, timeout)
-                (ctx / "requirements.txt").write_text(_local_names(path.read_text(), ctx / "wheels"))
-                (ctx / "Dockerfile").write_text(ENV_DOCKERFILE.format(on=on))
+                dockerfile = ENV_DOCKERFILE.format(on=on)
+                if not any((ctx / "wheels").glob("*.whl")):  # nothing to install: the image it builds on, retagged
+                    dockerfile = f"FROM {on}\n"
+                (ctx / "Dockerfile").write_text(dockerfile)
                 try:
                     _build(tag, ctx, timeout)
                 except ImageError as exc:
                     raise ImageError(f"the environment {declaration!r}: {exc}") from None
         _check_probe(tag, declaration)
     return tag
-
-
-def _local_names(text: str, wheels: Path) -> str:
-    """The requirements as the image's pip reads them: a line naming a local
-    file or folder (a path in the repository, not in the image) becomes the
-    name of the wheel built from it."""
-    # a wheel's file name is {name}-{version}-...: its name (not pip's parser:
-    # importing pip here breaks setuptools for this process, see _PINS_CHILD)
-    by_name = {w.name: w.name.split("-", 1)[0] for w in wheels.glob("*.whl")}
-    out = []
-    for line in text.splitlines():
-        s = line.split(" #", 1)[0].strip()
-        if s.startswith((".", "/", "file:")) and not s.startswith("-"):
-            base = Path(s.removeprefix("file:")).name
-            stem = base.removesuffix(".whl").split("-")[0].replace("_", "-").lower()
-            match = [n for f, n in by_name.items() if f == base or n.replace("_", "-").lower() == stem]
-            if match:
-                out.append(match[0])
-                continue
-        out.append(line)
-    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -359,7 +359,9 @@ class SandboxVerifier:
             argv += ["--isolation", "container", "--isolation-spec", str(root / "isolation.json")]
             if progress:
                 progress(f"verifier: {argv[0]}, each run in its own container", {"phase": "container"})
-            run = run_verifier(argv, cwd=root, env=verifier_env(self.environ, spec), timeout_s=timeout_s,
+            env = verifier_env(self.environ, spec)
+            env["RSI_CONTAINER_IMAGE"] = iso["image"]  # the fingerprint's: runs in another image are not comparable
+            run = run_verifier(argv, cwd=root, env=env, timeout_s=timeout_s,
                                on_line=_progress_lines(progress) if progress else None, python=self.python)
             if not run.timed_out:
                 run.report, run.report_error = read_report(root)

@@ -89,10 +89,30 @@ def test_a_declaration_that_leaves_the_tree_or_is_missing_is_refused_by_name(tmp
         images.target_image("bench/missing.txt", tree, "unused")
 
 
-def test_local_requirements_become_the_names_of_their_wheels(tmp_path: Path):
-    wheel(tmp_path, "x")
-    text = "numpy>=1.0\n./rsienvdep-1.0-py3-none-any.whl  # ours\n# a comment\n-r other.txt\n"
-    assert images._local_names(text, tmp_path) == "numpy>=1.0\nrsienvdep\n# a comment\n-r other.txt\n"
+def test_the_requirements_digest_covers_every_file_of_the_tree_they_name(tmp_path: Path):
+    """A rebuilt local wheel under the same requirements text is another
+    image, never the stale one; a name outside the repository is refused."""
+    tree = requirements_tree(tmp_path / "b0", "one")
+    (tree / "bench" / "requirements.txt").write_text(
+        "./rsienvdep-1.0-py3-none-any.whl\n-r more.txt\n")
+    (tree / "bench" / "more.txt").write_text("-e ./pkg  # editable\nnumpy==1.26.4\n")
+    (tree / "bench" / "pkg").mkdir()
+    (tree / "bench" / "pkg" / "setup.py").write_text("# one\n")
+
+    def digest():
+        req = (tree / "bench" / "requirements.txt").resolve()
+        return images._digest(*images._requirements_digest(req, tree.resolve()))
+
+    first = digest()
+    assert digest() == first
+    wheel(tree / "bench", "two")  # the same file name, other content
+    assert digest() != first
+    second = digest()
+    (tree / "bench" / "pkg" / "setup.py").write_text("# two\n")  # a folder named by an included file
+    assert digest() != second
+    (tree / "bench" / "more.txt").write_text("../../outside.whl\n")
+    with pytest.raises(images.ImageError, match="outside the repository"):
+        digest()
 
 
 # ------------------------------------------------------------------ built for real

@@ -184,11 +184,12 @@ def test_command_agent_in_the_loop(repo: Path, tmp_path: Path):
     res = run(repo, tmp_path, agent=stand_in("faster"), rounds=1)
     (c,) = res.candidates
     assert c.decision == "accept" and c.hypothesis == "cut the per-request delay from 25 to 16 ms"
+    n = len((repo / ".rsi" / "config.toml").read_text().splitlines())  # the stand-in writes one line over them all
     res = run(repo, tmp_path, agent=stand_in("protected"), rounds=2)
     c = res.candidates[-1]
     assert c.decision == "reject"
     assert c.reason == ("edit policy: .rsi/config.toml: protected path (matches '.rsi/**'); "
-                        "51 changed lines (+1 -50) exceed the cap of 50")
+                        f"{n + 1} changed lines (+1 -{n}) exceed the cap of 50")
     log = (tmp_path / "state" / "rounds" / "1" / "agent.log").read_text()
     assert "read TASK.md" in log and "sk-fake" not in log
 

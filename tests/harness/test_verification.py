@@ -117,6 +117,8 @@ def test_the_verifier_gets_no_bot_secrets(fake, spec, tmp_path: Path):
     for leaked in ("GITHUB_APP_PRIVATE_KEY", "RSI_WEBHOOK_SECRET", "ANTHROPIC_API_KEY", "DATABASE_URL"):
         assert leaked not in env
     assert "RSI_PROGRESS_JSON=1" in env
+    # the image its runs run in goes into the fingerprint: a calibration in another image is not comparable
+    assert f"RSI_CONTAINER_IMAGE={IMAGE}" in env.splitlines()
 
 
 def test_a_verifier_that_hangs_is_killed_and_is_an_error(fake, spec, tmp_path: Path, monkeypatch):
