@@ -12,10 +12,16 @@ on two serving fixtures:
 Both arms are the same checkout (the runs' cost does not depend on the
 verdict). Per fixture: the runs, the verification's wall time, the time in
 measured windows (each measured run's ``wall_s``: the client's load window),
-its share, and the time spent starting servers (``startup_s``).
+its share, and the time spent starting servers (``startup_s``, once per
+server start of a measured run or session).
+
+``--runs-per-start 1,8``: a row per K (``[benchmarks.<b>] runs_per_start``:
+K measured client runs per server start; a pair is then a session pair). K > 1
+needs hidden inputs: the row adds ``[hidden] seed`` (a fresh one) to the
+fixture's config (slowstart's client draws its prompts from ``RSI_SEED``).
 
     .venv/bin/python benchmarks/measured_share.py [--fixtures slowstart,tiny-tts] [--pairs 6]
-        [--load-s 20] [--isolation process|container]
+        [--load-s 20] [--requests 16] [--isolation process|container] [--runs-per-start 1,8]
 
 Targets (issue 33): >= 70% on slowstart and >= 60% on tiny-tts once several
 client runs share one server start; today every run starts its own server.
@@ -43,16 +49,22 @@ FIXTURES = {"slowstart": ROOT / "benchmarks" / "fixtures" / "slowstart",
             "tiny-tts": ROOT / "examples" / "tiny-tts"}
 
 
-def measure(name: str, pairs: int, load_s: float, isolation: str, tmp: Path) -> dict:
-    src = tmp / name
+def measure(name: str, pairs: int, load_s: float, isolation: str, tmp: Path, k: int = 1,
+            requests: int | None = None) -> dict:  # fmt: skip
+    src = tmp / f"{name}-k{k}"
     shutil.copytree(FIXTURES[name], src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     text = (src / ".rsi" / "config.toml").read_text()
     if name == "slowstart":
         text = text.replace("--load-s 20", f"--load-s {load_s:g}")
+        if requests:  # a longer load window per run
+            text = text.replace("requests = 16", f"requests = {requests}")
+    if k > 1 and "[hidden]" not in text:
+        text += f"\n[hidden]\nseed = {secrets.randbelow(2**31)}\n"
     config = VerifyConfig.from_toml(text)
     bench = config.benchmark(config.objective.benchmark)
     if bench.matrix is not None:
         bench = bench.model_copy(update={"matrix": None})
+    bench = bench.model_copy(update={"runs_per_start": k})
     v = config.verifier
     seed_env = config.hidden.seed_env
     if seed_env and not os.environ.get(seed_env):
@@ -63,7 +75,8 @@ def measure(name: str, pairs: int, load_s: float, isolation: str, tmp: Path) -> 
 
     def on_run(arm, rec, index) -> None:
         windows.append(rec.wall_s)
-        starts.append(rec.startup_s or 0.0)
+        if not rec.extra.get("session_run"):  # a session's startup_s is one start
+            starts.append(rec.startup_s or 0.0)
 
     iso = from_options(isolation) if isolation != "process" else None
     t0 = time.monotonic()
@@ -74,7 +87,7 @@ def measure(name: str, pairs: int, load_s: float, isolation: str, tmp: Path) -> 
     wall = time.monotonic() - t0
     if err is not None:
         raise SystemExit(f"{name}: {err.message}\n{err.stderr_tail[-2000:]}")
-    return {"fixture": name, "runs": runs, "measured_runs": len(windows), "wall": wall,
+    return {"fixture": name, "k": k, "runs": runs, "measured_runs": len(windows), "wall": wall,
             "measured": sum(windows), "startup": sum(starts),
             "share": sum(windows) / wall if wall else 0.0}
 
@@ -85,21 +98,29 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=6, help="ABBA pairs (a verification stops at 6 or more)")
     ap.add_argument("--load-s", type=float, default=20.0, help="slowstart's model load")
     ap.add_argument("--isolation", default="process", help="process | container")
+    ap.add_argument("--requests", type=int, default=None, help="slowstart's requests per run (16)")
+    ap.add_argument("--runs-per-start", default="1",
+                    help="comma-separated K values (runs_per_start), a row each")
     args = ap.parse_args()
+    ks = [int(x) for x in args.runs_per_start.split(",")]
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     rows = []
     with tempfile.TemporaryDirectory(prefix="rsi-share-") as tmp:
         for name in args.fixtures.split(","):
-            print(f"{name} ...", flush=True)
-            rows.append(measure(name, args.pairs, args.load_s, args.isolation, Path(tmp)))
+            for k in ks:
+                print(f"{name}, runs_per_start = {k} ...", flush=True)
+                rows.append(measure(name, args.pairs, args.load_s, args.isolation, Path(tmp), k,
+                                    args.requests))
     print()
     print(f"measured share of a verification's wall time: {args.pairs} pairs + warm-up, "
+          f"--load-s {args.load_s:g}{f' --requests {args.requests}' if args.requests else ''}, "
           f"--isolation {args.isolation}, load {os.getloadavg()[0]:.1f} at the end")
-    print("| fixture | runs (measured) | wall | in measured windows | share | starting servers |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| fixture | runs_per_start | runs (measured) | wall | in measured windows | share "
+          "| starting servers |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['fixture']} | {r['runs']} ({r['measured_runs']}) | {r['wall']:.0f} s | "
+        print(f"| {r['fixture']} | {r['k']} | {r['runs']} ({r['measured_runs']}) | {r['wall']:.0f} s | "
               f"{r['measured']:.0f} s | {r['share']:.0%} | {r['startup']:.0f} s |")
 
 

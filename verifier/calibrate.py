@@ -317,7 +317,7 @@ def calibrate(
                         message=f"metric '{metric}' must be positive in every run",
                     ),
                 )
-            d = log_ratios(b, a)
+            d = s.by_session(log_ratios(b, a))  # runs_per_start K > 1: A/A session pairs
             warnings = []
             from .stats import value_warnings
 
@@ -327,7 +327,7 @@ def calibrate(
                 d,
                 direction=direction,
                 warnings=tuple(warnings),
-                levels=np.log(a) + np.log(b),
+                levels=s.by_session(np.log(a) + np.log(b)),
                 **base,
             )
             source, note = classify(cal.per_pair_sd, noise_reading(s))

@@ -164,6 +164,18 @@ class BenchmarkConfig(_Model):
     """Unit of each declared metric or sample series (parsed with pint: "s", "ms",
     "1/s", "token/s", "MiB"); a series' percentiles take its unit. Reports show a
     metric without one as a plain number: units are never guessed from names."""
+    runs_per_start: int = Field(1, ge=1, le=1000)
+    """Serving only (issue 33): measured client runs per server start. 1 (the
+    default): every run starts its own server, as always. K > 1: a *session*
+    is one server start of one arm, then K client runs, each measured and
+    judged like any run (its own run dir, outputs, quality guards against the
+    reference arm's run of the same index), each with its own request texts
+    (``RSI_SEED`` derived per run index, so a hidden seed is required: a
+    response cache cannot make a later run of a session faster);
+    ``startup_s`` is measured once per session. The sequential test's unit is
+    the session pair (the mean of its K index-matched log ratios), in ABBA
+    order over sessions; every client run counts in the wild-run rule. The
+    verdict says ``runs_per_start = K``."""
     matrix: Matrix | None = None
     """Deployment matrix: settings a deployment varies (``concurrency = [1, 4]``,
     ``cpus = ["0", "0-1"]``); the primary cell decides the objective, every other
@@ -254,6 +266,17 @@ class BenchmarkConfig(_Model):
             out.append(f"{where}: ready_path must start with '/', got {self.ready_path!r}")
         if self.matrix is not None:
             out += self.matrix.problems(f"{where}.matrix")
+        if self.runs_per_start > 1 and not self.serving:
+            out.append(
+                f"{where}: runs_per_start = {self.runs_per_start} is for serving benchmarks "
+                "(serve + client: several client runs per server start); remove it or set "
+                "runs_per_start = 1"
+            )
+        elif self.runs_per_start > 1 and self.matrix is not None:
+            out.append(
+                f"{where}: runs_per_start = {self.runs_per_start} with a matrix is not "
+                "supported; set runs_per_start = 1 or remove the matrix"
+            )
         for m in self.evaluator_metrics:
             if not self.evaluator:
                 out.append(f"{where}: evaluator_metrics needs an evaluator command")
@@ -607,11 +630,15 @@ class VerifyConfig(_Model):
                 "leaves room for a few slow runs), or raise accept_wild_rate / lower "
                 "accept_confidence"
             )
-        if v.accept_max_runs < v.max_pairs:
+        ob = self.benchmarks.get(self.objective.benchmark)
+        per = ob.runs_per_start if ob is not None and ob.serving else 1
+        most = v.max_pairs * per
+        if v.accept_max_runs < most:
+            also = f" x runs_per_start = {per}" if per > 1 else ""
             errors.append(
                 f"[verifier] accept_max_runs = {v.accept_max_runs} is below max_pairs = "
-                f"{v.max_pairs}: the pairs alone would measure more candidate runs than an "
-                f"accept may count; raise accept_max_runs to at least {max(need, v.max_pairs)}"
+                f"{v.max_pairs}{also}: the pairs alone would measure more candidate runs than an "
+                f"accept may count; raise accept_max_runs to at least {max(need, most)}"
             )
         return errors
 
@@ -709,6 +736,7 @@ class VerifyConfig(_Model):
                 "signed-rank test needs "
                 f"at least {need} pairs to reach p < {v.alpha:g}"
             )
+        errors += self._runs_per_start_problems()
         for k in self.hidden.env:
             if k.startswith("RSI_"):
                 errors.append(
@@ -716,6 +744,24 @@ class VerifyConfig(_Model):
                 )
         if errors:
             raise ConfigError(errors)
+
+    def _runs_per_start_problems(self) -> list[str]:
+        """``runs_per_start`` > 1 needs a hidden seed: each client run of a
+        session gets its own request texts from it (``RSI_SEED`` per run
+        index); with fixed inputs a response cache could make the later runs
+        of a session faster than a fresh server would be."""
+        if self.hidden.seed is not None or self.hidden.seed_env:
+            return []
+        return [
+            f"benchmarks.{b.name}: runs_per_start = {b.runs_per_start} needs hidden inputs: "
+            "every client run of a session must send its own request texts (the verifier "
+            "gives each run its own RSI_SEED), else a response cache could make the later "
+            "runs of a session faster; set [hidden] seed_env = \"NAME\" (a variable set on "
+            "the runner only) and let the client draw its requests from RSI_SEED, or set "
+            "runs_per_start = 1"
+            for b in self.benchmarks.values()
+            if b.runs_per_start > 1 and b.serving
+        ]
 
     def _external_problems(self) -> list[str]:
         if not self.verifier.require_external:

@@ -117,8 +117,8 @@ class Evaluator:
             c, r = s.pooled("candidate", series), s.pooled(ref, series)
             if c.size and r.size and (not log or (np.all(c > 0) and np.all(r > 0))):
                 return clustered_percentile_ci(
-                    s.per_run("candidate", series),
-                    s.per_run(ref, series),
+                    _clusters(s, s.per_run("candidate", series)),
+                    _clusters(s, s.per_run(ref, series)),
                     q,
                     seed=seed,
                     n_boot=PERCENTILE_BOOT,
@@ -134,6 +134,7 @@ class Evaluator:
             d = log_ratios(c, r)
         else:
             d = c - r
+        d = s.by_session(d)  # runs_per_start K > 1: one value per session pair
         est = bootstrap_ci(d, seed=seed, n_boot=self.v.bootstrap, level=level)
         return est, s.source(metric)
 
@@ -297,20 +298,33 @@ class Evaluator:
 
     # ---- repeatability and visible changes ----------------------------------------
     def _exact(self, arm: str) -> bool:
-        """``arm``'s outputs are bit-exact across its runs (two or more)."""
+        """``arm``'s outputs are bit-exact across its runs (two or more); with
+        ``runs_per_start`` K > 1, across its runs of the same index in their
+        sessions (each index has its own request texts)."""
         d = self.digests.get(arm, [])
-        return len(d) >= 2 and all(x == d[0] for x in d[1:])
+        k = self._per_start
+        return len(d) >= 2 * k and all(x == d[i % k] for i, x in enumerate(d))
+
+    @property
+    def _per_start(self) -> int:
+        b = self.config.benchmarks.get(self.bench_name)
+        return b.runs_per_start if b is not None and b.serving else 1
 
     def flags(self) -> list[str]:
         """Reasons to send an accept to ``review``: the reference arm's outputs
         are bit-exact across its runs, the candidate's differ between its own."""
         d = self.digests.get("candidate", [])
-        if not self._exact("bk") or len(d) < 2 or self._exact("candidate"):
+        per = self._per_start
+        if not self._exact("bk") or len(d) < 2 * per or self._exact("candidate"):
             return []
-        first_diff = next(i for i, x in enumerate(d) if x != d[0])
-        keys = sorted(k for k in d[0] if any(x.get(k) != d[0].get(k) for x in d[1:]))
+        first_diff = next(i for i, x in enumerate(d) if x != d[i % per])
+        one = d[first_diff % per]
+        keys = sorted(
+            k for k in one if any(x.get(k) != d[i % per].get(k) for i, x in enumerate(d))
+        )
         return [
-            f"the candidate's outputs differ between its own runs (run 1 vs run {first_diff + 1}, "
+            f"the candidate's outputs differ between its own runs (run {first_diff % per + 1} "
+            f"vs run {first_diff + 1}, "
             f"in {', '.join(_key_text(k) for k in keys[:4])}) while Bk's are bit-exact across "
             f"all {len(self.digests['bk'])} of its runs: a deterministic server that does not "
             "repeat itself (honest in some runs only?); a human must look"
@@ -326,7 +340,8 @@ class Evaluator:
         out = []
         for q in self.config.quality_for(self.bench_name):
             key = file_key(q) if q.files else q.output
-            if all(c.get(key) == bk[0].get(key) for c in cand):
+            per = self._per_start
+            if all(c.get(key) == bk[i % per].get(key) for i, c in enumerate(cand)):
                 continue
             metric = f"files {q.files}" if q.files else f"outputs.{q.output}"
             g = next(
@@ -407,3 +422,10 @@ def _change_line(q: QualityGuard, g: GuardResult | None) -> str:
     detail = f": {g.detail}" if g is not None and g.detail else ""
     return f"Outputs changed ({what}) vs Bk, whose outputs are bit-exact across its runs{detail}."
 
+
+def _clusters(s: Session, runs: list[np.ndarray]) -> list[np.ndarray]:
+    """A cluster bootstrap's clusters: a run each, or with ``runs_per_start``
+    K > 1 a session each (its K runs' samples together)."""
+    if s.k <= 1:
+        return runs
+    return [np.concatenate(runs[i : i + s.k]) for i in range(0, len(runs) // s.k * s.k, s.k)]

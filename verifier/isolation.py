@@ -1208,7 +1208,9 @@ class ContainerIsolation:
     def private_network(self) -> Iterator[str | None]:
         """The network namespace of the run's server container (no docker
         network is created): the server starts in its own loopback-only
-        namespace, the client joins it."""
+        namespace, the client joins it (with ``runs_per_start`` K > 1: K client
+        containers in turn, each fresh, the server's ``Handle`` kept across
+        them; ``runner.run_session``)."""
         name = f"rsi-verify-netns-{uuid.uuid4().hex[:12]}"
         try:
             yield name

@@ -440,6 +440,14 @@ def _sequential(
         looked = _looks(plan, s, judge)
         if isinstance(looked, Verdict):
             return looked
+        if s.k > 1:
+            plan.warnings.append(
+                f"runs_per_start = {s.k}: each server start of benchmark '{plan.bench.name}' "
+                f"served {s.k} measured client runs (a session, each run with its own "
+                f"RSI_SEED and judged on its own); the sequential test's unit is the session "
+                f"pair ({s.pairs} session pairs, {len(s.all_records('candidate'))} candidate "
+                "runs); startup_s is one sample per session"
+            )
         look, guard_results = looked
         with s.every_run_scope():  # every measured run, confirmation pairs too
             doubt = _self_report_doubt(plan, s, look)
@@ -479,8 +487,9 @@ def _looks(
         while True:
             look = _judge_look(plan, s, design)
             more = look.more if look.finding == "runs" else 0
+            more = -(-more // s.k)  # runs -> (session) pairs
             if not more:
-                room = _guard_room(plan, s, look, final)
+                room = _guard_room(plan, s, look, final) // s.k  # within accept_max_runs
                 with s.every_run_scope():  # the confirmation pairs count in the guards too
                     # while room is left at the cap, the interim level: a guard
                     # passes or fails only when clear, else it is measured further
@@ -531,18 +540,27 @@ def _judge_look(plan: _Plan, s: Session, design: Design) -> ObjectiveLook:
     sign = 1 if plan.direction == "higher" else -1
     c, r = s.design_values("candidate", plan.metric), s.design_values("bk", plan.metric)
     ce, re_ = s.confirm_values("candidate", plan.metric), s.confirm_values("bk", plan.metric)
-    k = min(ce.size, re_.size)  # whole confirmation pairs only
+    k = min(ce.size, re_.size) // s.k * s.k  # whole confirmation pairs only
     ce, re_ = ce[:k], re_[:k]
+    gains, extra = log_ratios(c, r) * sign, log_ratios(ce, re_) * sign
+    # in cost orientation (a run's time per unit of work), which the
+    # every-run gain needs; the screen and the spreads use |levels|
+    levels, extra_levels = (np.log(c) + np.log(r)) * -sign, (np.log(ce) + np.log(re_)) * -sign
+    runs: dict = {}
+    if s.k > 1:  # the unit is the session pair: the mean of its K index-matched runs
+        runs = dict(run_gains=np.concatenate([gains, extra]),
+                    run_levels=np.concatenate([levels, extra_levels]))  # fmt: skip
+        gains, extra = s.by_session(gains), s.by_session(extra)
+        levels, extra_levels = s.by_session(levels), s.by_session(extra_levels)
     return judge_objective(
-        log_ratios(c, r) * sign,
+        gains,
         min_gain=plan.config.objective.min_gain,
         design=design,
         margin=plan.margin,
-        # in cost orientation (a run's time per unit of work), which the
-        # every-run gain needs; the screen and the spreads use |levels|
-        levels=(np.log(c) + np.log(r)) * -sign,
-        extra_gains=log_ratios(ce, re_) * sign,
-        extra_levels=(np.log(ce) + np.log(re_)) * -sign,
+        levels=levels,
+        extra_gains=extra,
+        extra_levels=extra_levels,
+        **runs,
         wild_rate=v.accept_wild_rate,
         confidence=v.accept_confidence,
         max_runs=v.accept_max_runs,

@@ -38,7 +38,7 @@ from .config import (
 )
 from .export import fresh_export
 from .isolation import Isolation, ProcessIsolation
-from .runner import RunRecord, run_once, run_setup
+from .runner import RunRecord, run_once, run_session, run_setup
 from .verdict import RunError
 
 ARM_STAGE = {
@@ -123,6 +123,11 @@ class Session:
         """Values, samples and directions over every measured run (the pairs'
         and the confirmation pairs'): ``every_run_scope``. Off, ``records``
         only (the objective's sequential test: ``design_values``)."""
+        self.k = bench.runs_per_start if bench.serving else 1
+        """Measured runs per server start (``runs_per_start``): with K > 1 a
+        "pair" of ``add_pairs`` and ``confirm_pairs`` is a session pair (one
+        server start of each arm, K client runs each; ``run_session``);
+        ``records`` still holds every run, session by session."""
         self.runs = 0
         self.run_offset = run_offset
         self.planned = 0
@@ -147,7 +152,17 @@ class Session:
 
     @property
     def pairs(self) -> int:
-        return min(len(v) for v in self.records.values())
+        """Pairs measured (with ``runs_per_start`` K > 1: session pairs)."""
+        return min(len(v) for v in self.records.values()) // self.k
+
+    def by_session(self, x) -> np.ndarray:
+        """Per-run values (session by session) -> one mean per session (K > 1;
+        unchanged with K = 1). A partial session at the end is left out."""
+        a = np.asarray(x, dtype=float)
+        if self.k <= 1:
+            return a
+        n = a.size // self.k * self.k
+        return a[:n].reshape(-1, self.k).mean(axis=1)
 
     def _emit(self, phase: str, arm: str = "", message: str = "") -> None:
         if self.progress is None:
@@ -220,6 +235,55 @@ class Session:
         finally:
             shutil.rmtree(export, ignore_errors=True)
 
+    def _run_session(
+        self, arm: str, index: int, into: dict[str, list[RunRecord]] | None = None
+    ) -> RunRecord | None:
+        """A measured session of ``arm`` (K > 1: ``run_session``): one fresh
+        export for its server, K client runs, each joining ``records`` (or
+        ``into``) and read by ``on_run`` at its index. The first failed run's
+        record, or None."""
+        try:
+            export = fresh_export(Path(self.arms[arm]), self._tmp)
+        except OSError as e:
+            self.runs += 1
+            return RunRecord(ok=False, error=f"verifier could not export the checkout: {e!r}")
+        try:
+            recs = run_session(
+                self.bench,
+                export,
+                self.k,
+                extra_env=self.extra_env,
+                drop_env=self.drop_env,
+                workdir=self._tmp,
+                isolation=self.isolation,
+                base_checkout=self.base_checkout,
+            )
+            for i, rec in enumerate(recs):
+                rec.checkout = str(export)
+                self.runs += 1
+                self._emit("measure", arm)
+                if not rec.ok:
+                    return rec
+                (self.records if into is None else into)[arm].append(rec)
+                if self.on_run is not None:
+                    self.on_run(arm, rec, index + i)
+            return None
+        finally:
+            shutil.rmtree(export, ignore_errors=True)
+
+    def _measure(
+        self, arm: str, index: int, into: dict[str, list[RunRecord]] | None, what: str
+    ) -> RunError | None:
+        """One measured run of ``arm`` (K = 1) or one session of it (K > 1)."""
+        if self.k <= 1:
+            rec = self._run(arm, "measure", index, into)
+            return None if rec.ok else self._fail(arm, rec, f"{what} {index + 1}")
+        failed = self._run_session(arm, index, into)
+        if failed is None:
+            return None
+        n = int(failed.extra.get("session_run", 0))
+        return self._fail(arm, failed, f"{what} {index + n + 1} (run {n + 1} of its session)")
+
     # ---- phases ---------------------------------------------------------
     def setup(self) -> RunError | None:
         done: set[Path] = set()
@@ -263,7 +327,7 @@ class Session:
         """Add ``k`` pairs (ABBA blocks of two pairs; an odd k ends with half a block)."""
         if k <= 0:
             return None
-        self.planned += k * len(self.names)
+        self.planned += k * len(self.names) * self.k
         left = k
         while left > 0:
             order = [self.names[i] for i in self.rng.permutation(len(self.names))]
@@ -271,6 +335,11 @@ class Session:
             for half in halves:
                 for arm in half:
                     index = len(self.records[arm])
+                    if self.k > 1:
+                        err = self._measure(arm, index, None, "run")
+                        if err is not None:
+                            return err
+                        continue
                     rec = self._run(arm, "measure", index)
                     if not rec.ok:
                         return self._fail(arm, rec, f"run {index + 1}")
@@ -289,7 +358,7 @@ class Session:
         names = [a for a in self.names if arms is None or a in arms]
         if k <= 0 or not names:
             return None
-        self.planned += k * len(names)
+        self.planned += k * len(names) * self.k
         left = k
         while left > 0:
             order = [names[i] for i in self.rng.permutation(len(names))]
@@ -297,6 +366,11 @@ class Session:
             for half in halves:
                 for arm in half:
                     index = len(self.records[arm]) + len(self.confirm_records[arm])
+                    if self.k > 1:
+                        err = self._measure(arm, index, self.confirm_records, "confirmation run")
+                        if err is not None:
+                            return err
+                        continue
                     rec = self._run(arm, "measure", index, into=self.confirm_records)
                     if not rec.ok:
                         n = len(self.confirm_records[arm]) + 1

@@ -53,6 +53,8 @@ __all__ = [
     "RunRecord",
     "child_env",
     "run_once",
+    "run_seed",
+    "run_session",
     "run_setup",
 ]
 READY_POLL_S = 0.02
@@ -390,6 +392,166 @@ def _evaluate(
     )
     rec.sources.update(probe.sources)
     rec.output_bases = [str(eval_dir / "outputs"), rec.output_dir]
+
+
+def run_seed(seed: str, index: int) -> str:
+    """``RSI_SEED`` of client run ``index`` of a session (``runs_per_start`` >
+    1): a decimal integer derived from the hidden seed and the run's index in
+    its session, so every run of a session sends its own request texts and run
+    ``index`` of every arm's sessions the same ones (quality guards compare
+    them index by index)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"rsi-run-seed:{seed}:{index}".encode()).digest()
+    return str(int.from_bytes(digest[:7], "big"))
+
+
+def run_session(
+    bench: BenchmarkConfig,
+    checkout: Path,
+    k: int,
+    *,
+    extra_env: dict[str, str] | None = None,
+    drop_env: tuple[str, ...] = (),
+    workdir: Path | None = None,
+    isolation: Isolation | None = None,
+    base_checkout: Path | None = None,
+) -> list[RunRecord]:
+    """A session of a serving benchmark (``runs_per_start`` = ``k``): one
+    server start of ``checkout``, then ``k`` client runs from ``base_checkout``
+    against it, each a full measured run (its own fresh run dir under
+    ``workdir``, its result, its outputs, its evaluator), each with its own
+    ``RSI_SEED`` (``run_seed``). ``startup_s`` is measured once and given to
+    every run of the session (one sample per session: the judge averages a
+    session's runs); ``peak_rss_mib`` is the server's peak over the session,
+    ``cpu_s`` its CPU time over the session shared evenly among the runs. The
+    server is killed after the last client run (or the first that failed:
+    the list ends with that run's record). Never raises. ``k`` = 1 or an
+    in-process benchmark: ``[run_once(...)]``."""
+    iso = isolation or ProcessIsolation()
+    base = Path(base_checkout or checkout)
+    if k <= 1 or not bench.serving:
+        return [
+            run_once(
+                bench, checkout, extra_env=extra_env, drop_env=drop_env, workdir=workdir,
+                isolation=iso, base_checkout=base,
+            )
+        ]  # fmt: skip
+    works: list[Path] = []
+    try:
+        recs = _session(
+            bench, Path(checkout), base, iso, hidden=dict(extra_env or {}), drop=drop_env,
+            k=k, workdir=workdir, works=works,
+        )  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
+        from .infra import INFRA_PREFIX, explain, is_infrastructure
+
+        recs = [RunRecord(ok=False, error=INFRA_PREFIX + explain(e) if is_infrastructure(e)
+                          else f"verifier could not run the benchmark: {e!r}")]
+    for rec, work in zip(recs, works, strict=False):
+        rec.work_dir = str(work)
+    if workdir is None:
+        for work in works:
+            shutil.rmtree(work, ignore_errors=True)
+        for rec in recs:
+            rec.output_dir, rec.output_bases = "", []
+    return recs
+
+
+def _session(
+    bench: BenchmarkConfig,
+    checkout: Path,
+    base: Path,
+    iso: Isolation,
+    *,
+    hidden: dict[str, str],
+    drop: tuple[str, ...],
+    k: int,
+    workdir: Path | None,
+    works: list[Path],
+) -> list[RunRecord]:
+    """``run_session``'s body: the server held across the ``k`` client jobs
+    (``Handle`` kept, killed after the last), then each run's result read and
+    its evaluator run, after the server is gone (as in a single run)."""
+    common = _common_env(bench)
+    port = iso.server_port()
+    deadline = time.perf_counter() + bench.timeout_s
+    clients: list[tuple[CommandResult, bool, Path, dict[str, str]]] = []
+    with iso.private_network() as net:
+        server = iso.start(
+            Job(
+                bench.serve or "", checkout, {**common, "RSI_PORT": str(port)},
+                bench.timeout_s * k, role="server", ready_pattern=bench.ready_pattern,
+                network=net, drop=drop,
+            )
+        )  # fmt: skip
+        try:
+            ready = _await_ready(server, bench, port, deadline)
+            if ready is None:
+                alive = server.running()
+                sr = server.stop()
+                how = (
+                    f"GET {bench.ready_path} never answered 200"
+                    if bench.ready_path
+                    else (f"ready_pattern {bench.ready_pattern!r} never appeared on its stdout")
+                )
+                rec = _record(sr, bench, "the server")
+                end = " in time" if alive else f"; it exited with status {sr.returncode}"
+                rec.error = f"the server never became ready: {how}{end}"
+                return [rec]
+            for i in range(k):
+                work = Path(tempfile.mkdtemp(prefix="rsi-run-", dir=workdir))
+                works.append(work)
+                run_dir = work / "run"
+                run_dir.mkdir()
+                iso.prepare_dir(run_dir)
+                mine = dict(hidden)
+                if "RSI_SEED" in mine:
+                    mine["RSI_SEED"] = run_seed(mine["RSI_SEED"], i)
+                client = Job(
+                    bench.client or "", base,
+                    {**common, **mine, "RSI_SERVER_URL": f"http://{server.host}:{port}"},
+                    max(1.0, deadline - time.perf_counter()),
+                    role="client", run_dir=run_dir, network=net, drop=drop,
+                    read_only_paths=_paths(mine),
+                )  # fmt: skip
+                cr = run_job(iso, client)
+                alive = server.running()
+                clients.append((cr, alive, work, mine))
+                if _failure(cr, bench, "the client") or not alive:
+                    break
+                deadline = time.perf_counter() + bench.timeout_s
+        finally:
+            sr = server.stop()
+    recs: list[RunRecord] = []
+    share = None if sr.cpu_s is None else sr.cpu_s / len(clients)
+    for i, (cr, alive, work, mine) in enumerate(clients):
+        rec = _record(cr, bench, "the client")
+        rec.startup_s, rec.peak_rss_mib, rec.cpu_s = ready, sr.peak_rss_mib, share
+        rec.extra = {**sr.extra, "client_cpu_s": cr.cpu_s, "network": net,
+                     "session_run": i, "session_runs": k}  # fmt: skip
+        names = [x.get("container") for x in (sr.extra, cr.extra) if x.get("container")]
+        if names:
+            rec.extra["containers"] = names
+        rec.stderr_tail = _tails("server", sr.stderr_tail, "client", cr.stderr_tail)
+        rec.stdout_tail = _tails("server", sr.stdout_tail, "client", cr.stdout_tail)
+        if not rec.error and not alive:
+            rec.error = f"the server exited (status {sr.returncode}) before the client finished"
+        run_dir = work / "run"
+        rec.output_dir = str(run_dir / "outputs")
+        rec.output_bases = [rec.output_dir]
+        recs.append(rec)
+        if rec.error:
+            break
+        own = [m for m in bench.metrics if m not in bench.evaluator_metrics]
+        if not _load(rec, run_dir / "result.json", own, bench.reporter):
+            break
+        if bench.evaluator:
+            _evaluate(bench, base, iso, rec, hidden=mine, drop=drop, work=work)
+            if rec.error:
+                break
+        rec.ok = True
+    return recs
 
 
 def run_setup(

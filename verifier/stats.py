@@ -863,6 +863,8 @@ def judge_objective(
     wild_rate: float = 0.0,
     confidence: float = 0.99,
     max_runs: int = 10**6,
+    run_gains=None,
+    run_levels=None,
 ) -> ObjectiveLook:
     """Decide on the objective at one planned look from per-pair log gains
     (positive = candidate better), by the repeated interval alone:
@@ -892,6 +894,14 @@ def judge_objective(
     holds (``levels``: each pair's log level, checked against
     ``prior_level_sd``); otherwise the look uses the pairs' own spread and
     spends ``OWN_SHARE`` of alpha.
+
+    ``run_gains``, ``run_levels``: when a pair is more than one run of each
+    arm (``runs_per_start`` K > 1: a pair is a session pair, its gain the
+    mean of its K index-matched runs' log gains), every measured run's own
+    gain and level (the pairs' runs, then the confirmation pairs'): the
+    every-run gain and the wild-run count read them, so every run counts as
+    itself; ``more`` is then in runs (the caller turns it into sessions).
+    Default: the pairs' own (one run of each arm per pair).
     """
     g = np.asarray(log_gains, dtype=float)
     n = g.size
@@ -948,6 +958,11 @@ def judge_objective(
         eg = elv = np.empty(0)  # no costs to count them in
     all_g = np.concatenate([g, eg])
     all_lv = None if lv is None else np.concatenate([lv, elv])
+    if run_gains is not None and all_lv is not None:  # a pair of K runs each: the runs
+        all_g = np.asarray(run_gains, dtype=float)
+        all_lv = np.asarray(run_levels, dtype=float)
+        if all_lv.size != all_g.size:
+            raise ValueError(f"runs: {all_g.size} gains but {all_lv.size} levels")
     every = every_run_gain(all_g, all_lv)
     every_gain = math.expm1(every)
     look.update(critical=crit, margin=margin, scale=loc.scale, noise=noise, screened=screened)

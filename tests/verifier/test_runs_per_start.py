@@ -1,0 +1,305 @@
+"""``runs_per_start`` (issue 33, item 1): K measured client runs per server
+start of a serving benchmark. Real processes (and, marked ``docker``, real
+containers); every count here is by mechanism: the server appends a line per
+start to a log, and says in every answer which start and which request of it
+served it; nothing rests on timings."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verifier.config import ConfigError, VerifyConfig
+from verifier.runner import run_once, run_seed, run_session
+
+PY = "python3"
+
+# The candidate's server: one line in $STARTS_LOG per start (when set); each
+# answer carries its start's id and how many requests this start served.
+# mode.txt "second" garbles the texts of the 2nd client run of a start only
+# (requests N..2N-1 of the start, N = RSI_SETTING_REQUESTS).
+SERVER = textwrap.dedent(
+    r"""
+    import json, os, uuid, threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    START = uuid.uuid4().hex
+    log = os.environ.get("STARTS_LOG")
+    if log:
+        with open(log, "a") as fh:
+            fh.write(START + "\n")
+    mode = open("mode.txt").read().strip() if os.path.exists("mode.txt") else ""
+    N = int(os.environ.get("RSI_SETTING_REQUESTS", "4"))
+    lock = threading.Lock()
+    served = [0]
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/health":
+                data = b"ok"
+            else:
+                prompt = self.path.rsplit("/", 1)[-1]
+                with lock:
+                    n = served[0]
+                    served[0] += 1
+                text = "echo " + prompt
+                if mode == "second" and N <= n < 2 * N:
+                    text = "garbled nonsense"
+                data = json.dumps({"text": text, "start": START, "n": n}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    ThreadingHTTPServer(("0.0.0.0", int(os.environ["RSI_PORT"])), H).serve_forever()
+    """
+)
+
+# The protected client: N requests whose texts come from RSI_SEED.
+CLIENT = textwrap.dedent(
+    r"""
+    import json, os, random, time, urllib.request
+    url = os.environ["RSI_SERVER_URL"]
+    seed = os.environ["RSI_SEED"]
+    n = int(os.environ.get("RSI_SETTING_REQUESTS", "4"))
+    rng = random.Random(seed)
+    get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+    t0 = time.perf_counter()
+    answers = [json.loads(get(url + "/gen/w" + str(rng.randrange(10**9))).read()) for _ in range(n)]
+    window = time.perf_counter() - t0
+    json.dump({"metrics": {"throughput": n / window},
+               "outputs": {"texts": [a["text"] for a in answers],
+                           "starts": sorted({a["start"] for a in answers}),
+                           "served": [a["n"] for a in answers],
+                           "seed": seed},
+               "counts": {"requests": n, "failed": 0}}, open(os.environ["RSI_RESULT"], "w"))
+    """
+)
+
+
+def _checkout(path: Path, mode: str = "") -> Path:
+    (path / "bench").mkdir(parents=True)
+    (path / "server.py").write_text(SERVER)
+    (path / "bench" / "client.py").write_text(CLIENT)
+    if mode:
+        (path / "mode.txt").write_text(mode)
+    return path
+
+
+def _config(k: int, *, log: Path | None = None, hidden: str = "[hidden]\nseed = 12345",
+            pairs: int = 7) -> VerifyConfig:  # fmt: skip
+    env = f'env = {{ STARTS_LOG = "{log}" }}' if log else ""
+    return VerifyConfig.from_toml(
+        textwrap.dedent(
+            f"""
+            [benchmarks.web]
+            serve = "{PY} server.py"
+            client = "{PY} bench/client.py"
+            ready_path = "/health"
+            timeout_s = 60
+            runs_per_start = {k}
+            settings = {{ requests = 4 }}
+            {env}
+            [benchmarks.web.metrics]
+            throughput = "higher"
+            [objective]
+            benchmark = "web"
+            metric = "throughput"
+            min_gain = 0.5
+            [[quality]]
+            kind = "wer"
+            output = "texts"
+            max_delta = 0.0
+            [verifier]
+            require_external = true
+            warmup = 1
+            initial_pairs = {pairs}
+            step = 2
+            max_pairs = {pairs}
+            default_guards = false
+            """
+        )
+        + hidden
+    )
+
+
+def test_a_session_starts_the_server_once_and_gives_each_run_its_own_seed(tmp_path):
+    c = _checkout(tmp_path / "c")
+    bench = _config(3).benchmark()
+    recs = run_session(bench, c, 3, extra_env={"RSI_SEED": "12345"}, workdir=tmp_path)
+    assert [r.ok for r in recs] == [True, True, True], [r.error for r in recs]
+    outs = [r.result.outputs for r in recs if r.result is not None]
+    assert len({o["starts"][0] for o in outs}) == 1 and all(len(o["starts"]) == 1 for o in outs)
+    # the server counted 12 requests in one start, run by run
+    assert [o["served"] for o in outs] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert [o["seed"] for o in outs] == [run_seed("12345", i) for i in range(3)]
+    assert len({tuple(o["texts"]) for o in outs}) == 3  # its own request texts per run
+    # a run dir of its own each, startup measured once (the same sample on each)
+    assert len({r.output_dir for r in recs}) == 3
+    assert len({r.startup_s for r in recs}) == 1 and recs[0].startup_s is not None
+    assert [r.extra["session_run"] for r in recs] == [0, 1, 2]
+    # K = 1: one run, today's run_once (the seed as given, not derived)
+    (one,) = run_session(bench, c, 1, extra_env={"RSI_SEED": "12345"}, workdir=tmp_path)
+    assert one.ok and one.result is not None and one.result.outputs["seed"] == "12345"
+    plain = run_once(bench, c, extra_env={"RSI_SEED": "12345"}, workdir=tmp_path)
+    assert plain.ok and plain.result is not None
+    assert plain.result.outputs["texts"] == one.result.outputs["texts"]
+
+
+def test_a_verification_with_three_runs_per_start(tmp_path):
+    from verifier.judge import verify
+
+    log = tmp_path / "starts.log"
+    base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand")
+    v = verify(base, cand, _config(3, log=log, pairs=7))
+    assert v.decision in ("reject", "inconclusive"), v.reason  # the same code: no gain
+    starts = log.read_text().split()
+    # 1 warm-up run per arm (a start each) + 7 session pairs (a start per session)
+    assert len(starts) == len(set(starts)) == 2 * 1 + 2 * 7
+    # one look at 7 session pairs: every one of the 7 x 3 client runs of each arm measured
+    assert v.runs == 2 * 1 + 2 * 7 * 3 and v.pairs == 7, v.reason
+    failed = {g.kind: g for g in v.guards}["failed_requests"]
+    assert "in 21 candidate runs" in failed.detail  # every client run counts
+    note = [w for w in v.warnings if "runs_per_start = 3" in w]
+    assert note and "session pair" in note[0], v.warnings
+    wer = {(g.kind, g.against): g for g in v.guards}[("wer", "bk")]
+    assert wer.status == "pass"
+
+
+def test_wrong_outputs_in_the_second_run_of_each_session_are_caught(tmp_path):
+    from verifier.judge import verify
+
+    base, cand = _checkout(tmp_path / "base"), _checkout(tmp_path / "cand", mode="second")
+    v = verify(base, cand, _config(3, pairs=7))
+    wer = {(g.kind, g.against): g for g in v.guards}[("wer", "bk")]
+    assert wer.status == "fail", (wer, v.reason)
+    assert v.decision == "reject", v.reason
+
+
+def test_runs_per_start_needs_hidden_inputs_and_a_serving_benchmark():
+    with pytest.raises(ConfigError) as e:
+        _config(3, hidden="")
+    text = "\n".join(e.value.errors)
+    assert "runs_per_start = 3 needs hidden inputs" in text
+    assert "[hidden] seed_env" in text and "runs_per_start = 1" in text
+    _config(3, hidden='[hidden]\nseed_env = "MY_SEED"')  # a seed from the runner: fine
+    _config(1, hidden="")  # K = 1 needs nothing new
+    with pytest.raises(ConfigError) as e:
+        VerifyConfig.from_toml(textwrap.dedent("""
+            [benchmarks.b]
+            command = "python b.py"
+            runs_per_start = 2
+            [benchmarks.b.metrics]
+            speed = "higher"
+            [objective]
+            benchmark = "b"
+            metric = "speed"
+            [hidden]
+            seed = 1
+        """))
+    assert "is for serving benchmarks" in "\n".join(e.value.errors)
+    with pytest.raises(ConfigError) as e:
+        _config(4, pairs=50)  # 50 session pairs x 4 runs: over accept_max_runs (160)
+    assert "x runs_per_start = 4" in "\n".join(e.value.errors)
+
+
+def test_the_default_is_one_run_per_start():
+    cfg = VerifyConfig.from_toml(
+        textwrap.dedent("""
+            [benchmarks.b]
+            serve = "s"
+            client = "c"
+            ready_path = "/health"
+            [benchmarks.b.metrics]
+            throughput = "higher"
+            [objective]
+            benchmark = "b"
+            metric = "throughput"
+        """)
+    )
+    assert cfg.benchmark().runs_per_start == 1
+
+
+@pytest.mark.docker
+def test_a_session_in_containers(tmp_path):
+    from tests.conftest import docker_unavailable_reason
+
+    why = docker_unavailable_reason()
+    if why is not None:
+        pytest.skip(why)
+    from tests.images import runtime_image
+    from verifier.isolation import ContainerIsolation, IsolationSpec
+
+    iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
+    try:
+        c = _checkout(tmp_path / "c", mode="second")
+        recs = run_session(_config(2).benchmark(), c, 2, extra_env={"RSI_SEED": "9"},
+                           workdir=tmp_path, isolation=iso)  # fmt: skip
+    finally:
+        iso.close()
+    assert [r.ok for r in recs] == [True, True], [(r.error, r.stderr_tail) for r in recs]
+    outs = [r.result.outputs for r in recs if r.result is not None]
+    assert outs[0]["starts"] == outs[1]["starts"]  # one server container for both runs
+    assert outs[1]["served"] == [4, 5, 6, 7]
+    assert outs[1]["texts"] == ["garbled nonsense"] * 4 and outs[0]["texts"][0].startswith("echo")
+    names = [r.extra["containers"] for r in recs]
+    assert names[0][0] == names[1][0] and names[0][1] != names[1][1]  # server kept, fresh clients
+
+
+def test_confirmation_pairs_are_sessions_and_every_run_is_read_at_its_index(tmp_path):
+    from verifier.measure import Session
+
+    seen: list[tuple[str, int, str]] = []
+
+    def on_run(arm, rec, index):
+        seen.append((arm, index, rec.result.outputs["starts"][0]))
+
+    bench = _config(3).benchmark()
+    c = _checkout(tmp_path / "c")
+    with Session(bench, {"bk": c, "candidate": c}, seed=1, extra_env={"RSI_SEED": "5"},
+                 on_run=on_run) as s:  # fmt: skip
+        assert s.add_pairs(2) is None and s.confirm_pairs(1) is None
+        assert s.pairs == 2 and s.runs == 2 * 3 * 3
+        for arm in ("bk", "candidate"):
+            assert len(s.records[arm]) == 6 and len(s.confirm_records[arm]) == 3
+            idx = [i for a, i, _ in seen if a == arm]
+            assert sorted(idx) == list(range(9))
+            starts = [st for a, _, st in seen if a == arm]
+            assert len(set(starts)) == 3  # a start per session, 3 runs each
+            assert s.by_session(s.values(arm, "throughput")).size == 2
+
+
+def test_the_wild_run_rule_counts_runs_not_session_pairs():
+    """A look over 7 session pairs of 3 runs each: the wild-run count reads
+    the 21 runs (``run_gains``); the interval reads the 7 session means."""
+    from verifier.stats import Design, judge_objective
+
+    rng = np.random.default_rng(0)
+    runs = 0.2 + rng.normal(0, 0.01, 21)  # +22% every run
+    lv = rng.normal(0, 0.01, 21)
+    g = runs.reshape(-1, 3).mean(axis=1)
+    design = Design.from_schedule(7, 2, 7, alpha=0.01)
+    kw = dict(min_gain=0.01, design=design, levels=lv.reshape(-1, 3).mean(axis=1),
+              wild_rate=0.1, confidence=0.99, max_runs=160)  # fmt: skip
+    plain = judge_objective(g, **kw)
+    assert plain.wild is not None and plain.wild.runs == 7 and plain.more == 51 - 7
+    look = judge_objective(g, run_gains=runs, run_levels=lv, **kw)
+    assert look.wild is not None and look.wild.runs == 21
+    assert look.finding == "runs" and look.more == 51 - 21  # in runs: the judge makes sessions
+    assert look.gain == plain.gain and look.n == 7
+
+
+def test_calibration_measures_a_a_session_pairs(tmp_path):
+    from verifier.calibrate import calibrate
+
+    log = tmp_path / "starts.log"
+    c = _checkout(tmp_path / "c")
+    cal = calibrate(c, _config(3, log=log), pairs=4)
+    assert cal.error is None, cal.error
+    assert cal.pairs == 4  # session pairs: one value per A/A session pair
+    assert len(log.read_text().split()) == 2 * 1 + 2 * 4  # warm-ups + a start per session
