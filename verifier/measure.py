@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -209,31 +210,7 @@ class Session:
         the run and, for a measured run (``index``), after ``on_run`` read its
         outputs); a measured run that succeeded joins ``records`` (or
         ``into``)."""
-        try:
-            export = fresh_export(Path(self.arms[arm]), self._tmp)
-        except OSError as e:
-            self.runs += 1
-            return RunRecord(ok=False, error=f"verifier could not export the checkout: {e!r}")
-        try:
-            rec = run_once(
-                self.bench,
-                export,
-                extra_env=self.extra_env,
-                drop_env=self.drop_env,
-                workdir=self._tmp,
-                isolation=self.isolation,
-                base_checkout=self.base_checkout,
-            )
-            rec.checkout = str(export)
-            self.runs += 1
-            self._emit(phase, arm)
-            if index is not None and rec.ok:
-                (self.records if into is None else into)[arm].append(rec)
-                if self.on_run is not None:
-                    self.on_run(arm, rec, index)
-            return rec
-        finally:
-            shutil.rmtree(export, ignore_errors=True)
+        return self._runs(arm, phase, index, into)[-1]
 
     def _run_session(
         self, arm: str, index: int, into: dict[str, list[RunRecord]] | None = None
@@ -242,32 +219,46 @@ class Session:
         export for its server, K client runs, each joining ``records`` (or
         ``into``) and read by ``on_run`` at its index. The first failed run's
         record, or None."""
+        last = self._runs(arm, "measure", index, into, k=self.k)[-1]
+        return None if last.ok else last
+
+    def _runs(
+        self,
+        arm: str,
+        phase: str,
+        index: int | None,
+        into: dict[str, list[RunRecord]] | None,
+        k: int = 0,
+    ) -> list[RunRecord]:
+        """``run_once`` (``k`` 0) or ``run_session`` of ``k`` runs on one fresh
+        export of ``arm``'s checkout, removed after; each run counted and, when
+        measured (``index``) and ok, kept and read by ``on_run`` at its index.
+        The runs up to the first that failed."""
         try:
             export = fresh_export(Path(self.arms[arm]), self._tmp)
         except OSError as e:
             self.runs += 1
-            return RunRecord(ok=False, error=f"verifier could not export the checkout: {e!r}")
+            return [RunRecord(ok=False, error=f"verifier could not export the checkout: {e!r}")]
         try:
-            recs = run_session(
-                self.bench,
-                export,
-                self.k,
+            kw: dict[str, Any] = dict(
                 extra_env=self.extra_env,
                 drop_env=self.drop_env,
                 workdir=self._tmp,
                 isolation=self.isolation,
                 base_checkout=self.base_checkout,
             )
+            recs = run_session(self.bench, export, k, **kw) if k else [run_once(self.bench, export, **kw)]
             for i, rec in enumerate(recs):
                 rec.checkout = str(export)
                 self.runs += 1
-                self._emit("measure", arm)
+                self._emit(phase, arm)
                 if not rec.ok:
-                    return rec
-                (self.records if into is None else into)[arm].append(rec)
-                if self.on_run is not None:
-                    self.on_run(arm, rec, index + i)
-            return None
+                    return recs[: i + 1]
+                if index is not None:
+                    (self.records if into is None else into)[arm].append(rec)
+                    if self.on_run is not None:
+                        self.on_run(arm, rec, index + i)
+            return recs
         finally:
             shutil.rmtree(export, ignore_errors=True)
 

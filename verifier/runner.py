@@ -131,15 +131,21 @@ def run_once(
             hidden=dict(extra_env or {}), drop=drop_env, work=work,
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
-        from .infra import INFRA_PREFIX, explain, is_infrastructure
-
-        rec = RunRecord(ok=False, error=INFRA_PREFIX + explain(e) if is_infrastructure(e)
-                        else f"verifier could not run the benchmark: {e!r}")
+        rec = _crashed(e)
     rec.work_dir = str(work)
     if workdir is None:
         shutil.rmtree(work, ignore_errors=True)
         rec.output_dir, rec.output_bases = "", []
     return rec
+
+
+def _crashed(e: Exception) -> RunRecord:
+    """The record of a run the verifier itself could not carry out (the
+    machine's fault, when :mod:`verifier.infra` says so)."""
+    from .infra import INFRA_PREFIX, explain, is_infrastructure
+
+    return RunRecord(ok=False, error=INFRA_PREFIX + explain(e) if is_infrastructure(e)
+                     else f"verifier could not run the benchmark: {e!r}")
 
 
 def _run_once(
@@ -288,6 +294,21 @@ def _await_ready(
     return None
 
 
+def _never_ready(server, bench: BenchmarkConfig) -> RunRecord:
+    """The record of a server that never became ready (stopped here), saying why."""
+    alive = server.running()
+    sr = server.stop()
+    how = (
+        f"GET {bench.ready_path} never answered 200"
+        if bench.ready_path
+        else (f"ready_pattern {bench.ready_pattern!r} never appeared on its stdout")
+    )
+    rec = _record(sr, bench, "the server")
+    end = " in time" if alive else f"; it exited with status {sr.returncode}"
+    rec.error = f"the server never became ready: {how}{end}"
+    return rec
+
+
 def _serving(
     bench: BenchmarkConfig,
     checkout: Path,
@@ -312,17 +333,7 @@ def _serving(
         try:
             ready = _await_ready(server, bench, port, deadline)
             if ready is None:
-                alive = server.running()
-                sr = server.stop()
-                how = (
-                    f"GET {bench.ready_path} never answered 200"
-                    if bench.ready_path
-                    else (f"ready_pattern {bench.ready_pattern!r} never appeared on its stdout")
-                )
-                rec = _record(sr, bench, "the server")
-                end = " in time" if alive else f"; it exited with status {sr.returncode}"
-                rec.error = f"the server never became ready: {how}{end}"
-                return rec
+                return _never_ready(server, bench)
             client = Job(
                 bench.client or "", base,
                 {**common, **hidden, "RSI_SERVER_URL": f"http://{server.host}:{port}"},
@@ -444,10 +455,7 @@ def run_session(
             k=k, workdir=workdir, works=works,
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
-        from .infra import INFRA_PREFIX, explain, is_infrastructure
-
-        recs = [RunRecord(ok=False, error=INFRA_PREFIX + explain(e) if is_infrastructure(e)
-                          else f"verifier could not run the benchmark: {e!r}")]
+        recs = [_crashed(e)]
     for rec, work in zip(recs, works, strict=False):
         rec.work_dir = str(work)
     if workdir is None:
@@ -488,17 +496,7 @@ def _session(
         try:
             ready = _await_ready(server, bench, port, deadline)
             if ready is None:
-                alive = server.running()
-                sr = server.stop()
-                how = (
-                    f"GET {bench.ready_path} never answered 200"
-                    if bench.ready_path
-                    else (f"ready_pattern {bench.ready_pattern!r} never appeared on its stdout")
-                )
-                rec = _record(sr, bench, "the server")
-                end = " in time" if alive else f"; it exited with status {sr.returncode}"
-                rec.error = f"the server never became ready: {how}{end}"
-                return [rec]
+                return [_never_ready(server, bench)]
             for i in range(k):
                 work = Path(tempfile.mkdtemp(prefix="rsi-run-", dir=workdir))
                 works.append(work)
