@@ -418,6 +418,8 @@ class _Loop:
             self.emit(Refused, message, calibration=cal)
             return False
         self.save(st)
+        if getattr(cal, "cost_note", ""):  # most of the wall time went to starting servers
+            message += f"; {cal.cost_note}"
         self.emit(BaselineMeasured, f"B0 {st.b0_sha[:12]} measured: {message}", sha=st.b0_sha, calibration=cal)
         return True
 

@@ -34,6 +34,7 @@ CPU time, context switches, throttled time and a fixed machine probe
 from __future__ import annotations
 
 import math
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,10 @@ class Calibration(BaseModel):
     fingerprint: Fingerprint | None = None
     error: RunError | None = None
     warnings: tuple[str, ...] = ()
+    cost_note: str = ""
+    """A serving benchmark that spends most of its wall time starting servers:
+    its measured share and the ``runs_per_start`` that would raise it
+    (``session_hint``); '' otherwise."""
 
     @classmethod
     def from_log_ratios(
@@ -251,6 +256,45 @@ def noise_reading(s: Session) -> NoiseReading:
     )
 
 
+SHARE_TARGET = 0.7
+"""The measured share ``session_hint`` sizes ``runs_per_start`` for."""
+
+
+def session_hint(bench, records: list, k: int, wall_s: float) -> str:
+    """How much of a serving benchmark's measuring wall time was its client
+    windows, and, when starting servers took most of it, the
+    ``runs_per_start`` K that would measure ``SHARE_TARGET`` of it: with a
+    start S, a window w and the rest c of each run, a session of K runs
+    measures K w / (S + K (w + c)). '' when starting servers took less than
+    half the wall time, the benchmark is not serving, or a run had no
+    ``startup_s``."""
+    if not bench.serving or not records or wall_s <= 0:
+        return ""
+    windows = [r.wall_s for r in records]
+    first = [r for r in records if not r.extra.get("session_run")]  # one start per session
+    if any(r.startup_s is None for r in first) or not first:
+        return ""
+    w = sum(windows) / len(windows)
+    start = sum(r.startup_s for r in first) / len(first)
+    c = max(0.0, (wall_s - sum(windows) - start * len(first)) / len(records))
+    share = sum(windows) / wall_s
+    if start * len(first) < 0.5 * wall_s:  # starting servers is not most of it
+        return ""
+    t = SHARE_TARGET
+    said = (f"measured share {share:.0%}: starting the server took {start:.1f} s a start, a client "
+            f"window {w:.2f} s (runs_per_start = {k})")
+    room = w - t * (w + c)
+    if room <= 0:
+        return (f"{said}; each run's window is too short for {t:.0%} at any runs_per_start "
+                f"(the rest of a run takes {c:.2f} s): make a client run longer")
+    want = math.ceil(t * start / room)
+    if want <= k:
+        return ""
+    return (f"{said}; runs_per_start = {min(want, 64)} would measure about "
+            f"{min(want, 64) * w / (start + min(want, 64) * (w + c)):.0%} of the time "
+            "(needs hidden inputs: docs/configuration.md, runs_per_start)")
+
+
 def calibrate(
     ref: Path,
     config: VerifyConfig,
@@ -304,9 +348,13 @@ def calibrate(
             cpus=(cell.cpus if cell else None) or cpus,
             threads=v.threads,
         ) as s:
-            err = s.setup() or s.warmup(v.warmup) or s.add_pairs(n)
+            err = s.setup() or s.warmup(v.warmup)
+            t_pairs = time.perf_counter()
+            err = err or s.add_pairs(n)
             if err is not None:
                 return Calibration(**base, direction=direction, error=err)
+            hint = session_hint(bench, [*s.records["a"], *s.records["b"]], s.k,
+                                time.perf_counter() - t_pairs)
             a, b = s.values("a", metric), s.values("b", metric)
             if np.any(a <= 0) or np.any(b <= 0) or np.isnan(a).any() or np.isnan(b).any():
                 return Calibration(
@@ -331,7 +379,8 @@ def calibrate(
                 **base,
             )
             source, note = classify(cal.per_pair_sd, noise_reading(s))
-            return cal.model_copy(update={"noise_source": source, "noise_note": note})
+            return cal.model_copy(update={"noise_source": source, "noise_note": note,
+                                          "cost_note": hint})
     except Exception as e:  # noqa: BLE001 - never raise on a benchmark's behalf
         return Calibration(
             **base, direction=direction, error=RunError(stage="calibration", message=repr(e))

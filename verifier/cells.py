@@ -179,10 +179,13 @@ def measure_cell(
     progress: Progress | None = None,
     run_offset: int = 0,
     warmup: int | None = None,
+    max_pairs: int | None = None,
 ) -> CellRun:
     """Measure ``cell`` of ``bench_name`` over ``arms`` (``bk``, ``candidate``,
     optionally ``b0``): setup, warm-ups, ``pairs`` pairs in ABBA blocks, and
-    every guard judged as at a last look. Never raises."""
+    every guard judged; while a guard is unclear (its interval straddles its
+    bound), one ABBA block more, up to ``max_pairs`` (default ``pairs``: no
+    further). Never raises."""
     v = config.verifier
     t0 = time.perf_counter()
     bench = cell_bench(config.benchmark(bench_name), cell)
@@ -217,6 +220,15 @@ def measure_cell(
         # never decided by a point that this machine's noise can move (the
         # judge makes an accept ``review`` for it).
         guards = judge.guards(s, final=False)
+        cap = max(pairs, max_pairs or pairs)
+        while s.pairs < cap and any(g.status == "unclear" for g in guards):
+            # measured further, never decided by a point: a block more, the
+            # same secret order, the guard judged again on every pair so far
+            err = s.add_pairs(min(2, cap - s.pairs))
+            if err is not None:
+                err = err.model_copy(update={"message": f"cell {cell.label}: {err.message}"})
+                return CellRun(None, s.runs, err)
+            guards = judge.guards(s, final=False)
         metrics = judge.metrics(s)
         metric = config.objective.metric if bench_name == config.objective.benchmark else "wall_s"
         gain, gain_ci = _gain(next((m for m in metrics if m.name == metric), None))
@@ -254,16 +266,16 @@ def cells_decision(
     """(decision, reason, warnings) of a verdict whose primary cell decided
     ``decision`` / ``reason``, given the other ``cells`` and their ``flags``:
     a guard failed in a cell rejects (the cell named); one whose interval
-    straddles its bound on the cell's ``pairs`` makes an accept ``review``,
+    still straddles its bound at the cell's most ``pairs`` makes an accept ``review``,
     never decided by its point (issue 29), the reason naming the guard, the
     cell and what would decide it; a flag makes an accept ``review``. Pure."""
     cells = list(cells)
     failed = failed_cells_reason(cells)
     unclear = unclear_cells_reason(cells)
     undecided = unclear and (
-        f"{unclear}: a cell has {pairs} pairs and a guard whose interval straddles its bound "
-        f"there is never decided by its point; raise [benchmarks.{bench_name}.matrix] pairs "
-        "to decide it, or a human decides"
+        f"{unclear}: measured to {pairs} pairs in the cell, and a guard whose interval "
+        f"straddles its bound is never decided by its point; raise [benchmarks.{bench_name}"
+        ".matrix] max_pairs to decide it, or a human decides"
     )
     if failed:
         decision, reason = Decision.REJECT, failed
@@ -341,12 +353,13 @@ def measure_matrix(
     if b0 is not None and Path(b0).resolve() != Path(baseline).resolve():
         arms["b0"] = Path(b0)
     n = pairs or (bench.matrix.pairs if bench.matrix else config.verifier.initial_pairs)
+    most = max(n, bench.matrix.cap()) if bench.matrix and not pairs else n
     out = MatrixRun([], 0, seed)
     for cell in cells:
         run = measure_cell(
             config, name, cell, arms, pairs=n, seed=seed, env=env, drop=drop,
             base_checkout=Path(b0 or baseline), isolation=isolation, progress=progress,
-            run_offset=out.runs,
+            run_offset=out.runs, max_pairs=most,
         )  # fmt: skip
         out.runs += run.runs
         out.flags += run.flags

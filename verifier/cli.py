@@ -192,6 +192,8 @@ def render_calibration(c: Calibration, min_gain: float) -> list:
     ok, msg = c.ok_for(min_gain)
     out: list = [t, f"[{'green' if ok else 'red'}]{escape(msg)}[/]"]
     out += [f"[yellow]warning:[/] {escape(w)}" for w in c.warnings]
+    if c.cost_note:
+        out.append(f"[cyan]cost:[/] {escape(c.cost_note)}")
     return out
 
 

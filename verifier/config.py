@@ -175,7 +175,10 @@ class BenchmarkConfig(_Model):
     ``startup_s`` is measured once per session. The sequential test's unit is
     the session pair (the mean of its K index-matched log ratios), in ABBA
     order over sessions; every client run counts in the wild-run rule. The
-    verdict says ``runs_per_start = K``."""
+    verdict says ``runs_per_start = K``. Which K: a session of K runs measures
+    K w / (S + K (w + c)) of its time (a start S, a client window w, the rest
+    of a run c); a calibration whose runs mostly started servers says its
+    measured share and the K that would measure about 70%."""
     matrix: Matrix | None = None
     """Deployment matrix: settings a deployment varies (``concurrency = [1, 4]``,
     ``cpus = ["0", "0-1"]``); the primary cell decides the objective, every other

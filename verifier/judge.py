@@ -817,7 +817,7 @@ def _matrix(
             plan.config, plan.bench_name, cell, plan.arms,
             pairs=plan.bench.matrix.pairs, seed=plan.seed, env=plan.env, drop=plan.drop,
             base_checkout=plan.measuring, isolation=isolation, progress=progress,
-            run_offset=runs,
+            run_offset=runs, max_pairs=plan.bench.matrix.cap(),
         )  # fmt: skip
         runs += run.runs
         if run.error is not None or run.result is None:
@@ -831,7 +831,7 @@ def _matrix(
         flags += run.flags
     decision, reason, more = cells_decision(
         verdict.decision, verdict.reason, rows[1:], flags,
-        pairs=plan.bench.matrix.pairs, bench_name=plan.bench_name,
+        pairs=plan.bench.matrix.cap(), bench_name=plan.bench_name,
     )  # fmt: skip
     warnings += more
     lines = [*verdict.tradeoffs] + [

@@ -7,12 +7,16 @@ the cells are every combination::
     concurrency = [2, 4]          # a setting: its values
     cpus = ["0", "0-1"]           # the CPU set of every run (a cpuset list)
     pairs = 4                     # pairs per secondary cell (default 4)
+    max_pairs = 12                # a guard still unclear after them: measured further, up to these
     primary = { concurrency = 2 } # optional; default: the first value of each setting
 
 The primary cell decides the objective exactly as a benchmark without a matrix
 does (the same sequential test). The other cells are measured afterwards,
 only when the primary accepted, with ``pairs`` pairs each, and judged by the
-same guards: a guard failing in any cell rejects, the cell named.
+same guards: a guard failing in any cell rejects, the cell named. A guard
+whose interval still straddles its bound there is measured further, one ABBA
+block at a time, up to ``max_pairs`` (default 3x ``pairs``); still unclear
+then, the accept goes to review: never decided by its point.
 
 How a setting reaches a run: every job of the run (server, client, evaluator,
 in-process command, setup) gets ``RSI_MATRIX_<NAME>`` (``concurrency`` ->
@@ -50,7 +54,7 @@ MAX_CELLS = 16
 MAX_VALUES = 8
 """Most values one setting may list."""
 MAX_SETTINGS = 4
-RESERVED = ("pairs", "primary")
+RESERVED = ("pairs", "max_pairs", "primary")
 CPUS = "cpus"
 ENV_PREFIX = "RSI_MATRIX_"
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -70,10 +74,18 @@ class Matrix(BaseModel):
     pairs: int = Field(4, ge=2, le=30)
     """Pairs (ABBA: a multiple of 2 is whole blocks) measured in each cell but
     the primary; the primary cell runs the objective's sequential test."""
+    max_pairs: int | None = Field(None, ge=2, le=60)
+    """Most pairs a secondary cell is measured to while one of its guards is
+    still unclear (its interval straddles the bound); default 3x ``pairs``
+    (at most 30). ``max_pairs = pairs`` measures no further."""
     primary: dict[str, Value] | None = None
     """The cell that decides the objective (a value for some or all
     settings; the others take their first value). Default: the first value
     of every setting."""
+
+    def cap(self) -> int:
+        """The most pairs a secondary cell is measured to (``max_pairs``)."""
+        return max(self.pairs, self.max_pairs if self.max_pairs is not None else min(3 * self.pairs, 30))
 
     def settings(self) -> dict[str, list[Value]]:
         """Setting name -> its values, in the config's order."""
@@ -94,6 +106,9 @@ class Matrix(BaseModel):
         if cells > MAX_CELLS:
             out.append(f"{where}: {cells} cells (every combination of the settings' values); "
                        f"at most {MAX_CELLS}: drop values or settings")
+        if self.max_pairs is not None and self.max_pairs < self.pairs:
+            out.append(f"{where}.max_pairs: {self.max_pairs} is below pairs = {self.pairs}; "
+                       f"set max_pairs >= {self.pairs} (= {self.pairs}: measure no further)")
         for name, value in (self.primary or {}).items():
             if name not in settings:
                 out.append(f"{where}.primary: '{name}' is not a setting of this matrix "

@@ -401,8 +401,8 @@ def test_the_run_estimate_counts_the_matrix():
 
     spec = build_task((round2.EXAMPLE / ".rsi" / "config.toml").read_text(), None, "t")
     text = estimate(spec, 1)
-    # tiny-tts: one other cell (concurrency=4), 2 pairs, up to 3 arms, no warm-up
-    assert "plus 6 for the deployment matrix's other cells after an accept" in text, text
+    # tiny-tts: one other cell (concurrency=4), 2 pairs measured up to 6 (max_pairs), 3 arms, no warm-up
+    assert "plus 18 for the deployment matrix's other cells after an accept" in text, text
 
 
 def test_a_guard_unclear_in_a_cell_makes_an_accept_review_never_a_point_decision():
@@ -417,7 +417,7 @@ def test_a_guard_unclear_in_a_cell_makes_an_accept_review_never_a_point_decision
         Decision.ACCEPT, "gain ok", cells, [], pairs=2, bench_name="tts")
     assert decision == Decision.REVIEW, reason
     assert "latency_p95_s <= 1.05x at concurrency=4 vs Bk" in reason
-    assert "never decided by its point" in reason and "[benchmarks.tts.matrix] pairs" in reason
+    assert "never decided by its point" in reason and "[benchmarks.tts.matrix] max_pairs" in reason
     assert warnings == []
     # a review stays a review with its own reason; the undecided cell is a warning then
     decision, reason, warnings = cells_decision(
@@ -431,3 +431,111 @@ def test_a_guard_unclear_in_a_cell_makes_an_accept_review_never_a_point_decision
     clear = [_cell({"concurrency": 4}, 0.1, 0.05, 0.2, _guard("pass"))]
     assert cells_decision(Decision.ACCEPT, "gain ok", clear, [], pairs=2,
                           bench_name="tts") == (Decision.ACCEPT, "gain ok", [])
+
+
+# ------------------------------------------- a cell undecided: measured further
+
+_CELL_BENCH = r'''
+import json, os, pathlib, sys, time
+conc = int(os.environ.get("RSI_SETTING_CONCURRENCY", "1"))
+ARM = {arm!r}
+# the candidate's runs at each concurrency, counted across fresh exports
+counter = pathlib.Path({counter!r}) / f"{{ARM}}-{{conc}}.txt"
+i = int(counter.read_text()) if counter.exists() else 0
+counter.write_text(str(i + 1))
+jitter = 1 + 0.002 * ((i * 7) % 5)
+latency = 1.0 * jitter
+throughput = 1.0 * jitter
+if ARM == "cand":
+    throughput *= 1.3
+    if conc == 4:
+        latency *= {cell_latency}[i] if i < len({cell_latency}) else {later}
+time.sleep(0.3 / throughput)  # the work the throughput claims: the verifier's clock sees it
+json.dump({{"metrics": {{"throughput": throughput}}, "samples": {{"latency_s": [latency] * 8}}}},
+          open(os.environ["RSI_RESULT"], "w"))
+'''
+
+_CELL_CONFIG = BASE + """
+[benchmarks.tts.matrix]
+concurrency = [1, 4]
+pairs = 2
+{max_pairs}
+
+[[guards]]
+metric = "latency_p50_s"
+max_ratio = 1.05
+required = true
+
+[verifier]
+initial_pairs = 4
+step = 2
+max_pairs = 8
+warmup = 0
+default_guards = false
+accept_wild_rate = 0
+"""
+
+
+def _cell_checkouts(tmp_path, cell_latency, later):
+    counter = tmp_path / "counts"
+    counter.mkdir(parents=True)
+    out = []
+    for arm in ("bk", "cand"):
+        d = tmp_path / arm
+        d.mkdir()
+        (d / "bench.py").write_text(_CELL_BENCH.format(
+            arm=arm, counter=str(counter), cell_latency=list(cell_latency), later=later))
+        subprocess.run(["git", "init", "-q"], cwd=d, check=True)
+        subprocess.run(["git", "add", "-A"], cwd=d, check=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", arm],
+                       cwd=d, check=True)
+        out.append(d)
+    return out
+
+
+@pytest.mark.slow
+def test_a_cell_whose_guard_stays_unclear_is_measured_to_max_pairs_then_review(tmp_path):
+    """A candidate whose tail swings 0.5x / 2x at concurrency 4 (by its own
+    run count, not this machine's noise): the guard straddles its bound at any
+    number of pairs, so the cell is measured one block at a time to the
+    matrix's max_pairs (default 3x pairs) and the accept goes to review,
+    naming the guard, the cell and max_pairs; with max_pairs = pairs, no further."""
+    swing = [0.5, 2.0] * 10
+    bk, cand = _cell_checkouts(tmp_path, swing, 1.0)
+    v = verify(bk, cand, VerifyConfig.from_toml(_CELL_CONFIG.replace("{max_pairs}", "")))
+    assert v.decision == "review", v.reason
+    assert [(c.setting, c.pairs) for c in v.cells] == [({"concurrency": 1}, v.pairs),
+                                                       ({"concurrency": 4}, 6)]
+    assert "latency_p50_s <= 1.05x at concurrency=4" in v.reason
+    assert "measured to 6 pairs" in v.reason and "[benchmarks.tts.matrix] max_pairs" in v.reason
+
+    bk, cand = _cell_checkouts(tmp_path / "again", swing, 1.0)
+    v = verify(bk, cand, VerifyConfig.from_toml(_CELL_CONFIG.replace("{max_pairs}", "max_pairs = 2")))
+    assert v.decision == "review" and [c.pairs for c in v.cells][1] == 2, v.reason
+    assert "measured to 2 pairs" in v.reason
+
+
+@pytest.mark.slow
+def test_a_cell_unclear_on_its_first_pairs_is_decided_by_more_of_them(tmp_path):
+    """The candidate's first run at concurrency 4 is as fast as Bk's, every
+    later one 1.3x slower: its first 2 pairs straddle the bound; measured
+    further (up to 10), the cell's guard fails and the candidate is rejected,
+    the cell named: not a review, and never a pass on a point."""
+    bk, cand = _cell_checkouts(tmp_path, [1.0], 1.3)
+    v = verify(bk, cand, VerifyConfig.from_toml(_CELL_CONFIG.replace("{max_pairs}", "max_pairs = 10")))
+    assert v.decision == "reject", v.reason
+    cell = v.cells[1]
+    assert cell.setting == {"concurrency": 4} and 2 < cell.pairs <= 10, cell.pairs
+    assert "latency_p50_s <= 1.05x at concurrency=4" in v.reason
+    # a cell clear at once is not measured further
+    bk, cand = _cell_checkouts(tmp_path / "clear", [], 1.0)
+    v = verify(bk, cand, VerifyConfig.from_toml(_CELL_CONFIG.replace("{max_pairs}", "")))
+    assert v.decision == "accept" and v.cells[1].pairs == 2, (v.reason, [c.pairs for c in v.cells])
+
+
+def test_max_pairs_below_pairs_is_refused_with_the_fix():
+    errors = _errors("concurrency = [1, 4]\npairs = 4\nmax_pairs = 2")
+    assert any("max_pairs: 2 is below pairs = 4" in e and "max_pairs >= 4" in e for e in errors), errors
+    assert _config("concurrency = [1, 4]\npairs = 2").benchmark().matrix.cap() == 6
+    assert _config("concurrency = [1, 4]\npairs = 12").benchmark().matrix.cap() == 30
+    assert _config("concurrency = [1, 4]\npairs = 2\nmax_pairs = 2").benchmark().matrix.cap() == 2

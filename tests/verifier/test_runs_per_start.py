@@ -303,3 +303,52 @@ def test_calibration_measures_a_a_session_pairs(tmp_path):
     assert cal.error is None, cal.error
     assert cal.pairs == 4  # session pairs: one value per A/A session pair
     assert len(log.read_text().split()) == 2 * 1 + 2 * 4  # warm-ups + a start per session
+
+
+def test_a_calibration_that_mostly_starts_servers_says_which_runs_per_start_would_measure(tmp_path):
+    """A server that loads for 1.5 s (a sleep: the mechanism, not a timing)
+    before a client window of a few milliseconds: the calibration says how
+    little of its wall time was measured and which ``runs_per_start`` would
+    measure about 70% of it; the same benchmark with a quick start says nothing."""
+    from verifier.calibrate import calibrate
+    from verifier.cli import render_calibration
+
+    def config(k: int) -> VerifyConfig:
+        return VerifyConfig.from_toml(textwrap.dedent(f"""
+            [benchmarks.web]
+            serve = "{PY} server.py"
+            client = "{PY} bench/client.py"
+            ready_path = "/health"
+            timeout_s = 60
+            runs_per_start = {k}
+            settings = {{ requests = 4 }}
+            [benchmarks.web.metrics]
+            throughput = "higher"
+            [objective]
+            benchmark = "web"
+            metric = "throughput"
+            min_gain = 0.5
+            [verifier]
+            warmup = 0
+            calibration_pairs = 2
+            [hidden]
+            seed = 12345
+            """))
+
+    slow = _checkout(tmp_path / "slow")
+    (slow / "server.py").write_text("import time\ntime.sleep(1.5)\n" + SERVER)
+    cal = calibrate(slow, config(1))
+    assert cal.error is None, cal.error
+    note = cal.cost_note
+    assert note.startswith("measured share ") and "runs_per_start = 1)" in note, note
+    k = int(note.split("runs_per_start = ")[2].split()[0])
+    assert 2 <= k <= 64, note
+    assert "would measure about" in note and "needs hidden inputs" in note, note
+    rendered = [str(x) for x in render_calibration(cal, 0.5) if isinstance(x, str)]
+    assert any(line.startswith("[cyan]cost:[/] measured share") for line in rendered), rendered
+    quick = _checkout(tmp_path / "quick")
+    client = (quick / "bench" / "client.py").read_text()
+    (quick / "bench" / "client.py").write_text(client.replace(
+        "window = time.perf_counter() - t0", "time.sleep(1.0)\nwindow = time.perf_counter() - t0"))
+    quick = calibrate(quick, config(1))
+    assert quick.error is None and quick.cost_note == "", quick.cost_note
