@@ -313,27 +313,10 @@ def test_a_calibration_that_mostly_starts_servers_says_which_runs_per_start_woul
     from verifier.calibrate import calibrate
     from verifier.cli import render_calibration
 
-    def config(k: int) -> VerifyConfig:
-        return VerifyConfig.from_toml(textwrap.dedent(f"""
-            [benchmarks.web]
-            serve = "{PY} server.py"
-            client = "{PY} bench/client.py"
-            ready_path = "/health"
-            timeout_s = 60
-            runs_per_start = {k}
-            settings = {{ requests = 4 }}
-            [benchmarks.web.metrics]
-            throughput = "higher"
-            [objective]
-            benchmark = "web"
-            metric = "throughput"
-            min_gain = 0.5
-            [verifier]
-            warmup = 0
-            calibration_pairs = 2
-            [hidden]
-            seed = 12345
-            """))
+    def config(k: int) -> VerifyConfig:  # _config's benchmark, 2 A/A pairs, no warm-up
+        cfg = _config(k)
+        quick = cfg.verifier.model_copy(update={"warmup": 0, "calibration_pairs": 2})
+        return cfg.model_copy(update={"verifier": quick})
 
     slow = _checkout(tmp_path / "slow")
     (slow / "server.py").write_text("import time\ntime.sleep(1.5)\n" + SERVER)
