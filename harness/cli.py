@@ -155,7 +155,7 @@ def estimate(spec: TaskSpec, rounds: int) -> str:
     v = spec.verify.verifier
     calib = 2 * v.calibration_pairs
     matrix = spec.verify.benchmark().matrix
-    cells = 3 * (len(matrix.cells()) - 1) * (matrix.cap() + v.warmup) if matrix else 0
+    cells = matrix.runs_after_accept(v.warmup) if matrix else 0
     per = 2 * (v.most_candidate_runs() + v.warmup) + cells
     accept = 2 * (max(v.initial_pairs, v.accept_runs_needed()) + v.warmup)
     return (f"at most {calib + rounds * per} benchmark runs: B0's calibration {calib}, then up "

@@ -335,9 +335,8 @@ class SandboxVerifier:
             # an accept's confirmation pairs (issue 29) may reach accept_max_runs
             pairs = max(v.max_pairs, v.accept_max_runs if v.accept_wild_rate > 0 else 0)
             runs = 3 * pairs + 3 * v.warmup + 3
-            matrix = spec.benchmark.matrix  # the other cells after an accept, each to its cap
-            if matrix is not None:
-                runs += 3 * (len(matrix.cells()) - 1) * (matrix.cap() + v.warmup)
+            if spec.benchmark.matrix is not None:  # the other cells after an accept
+                runs += spec.benchmark.matrix.runs_after_accept(v.warmup)
         return min(per_run * runs + 60, 6 * 3600)
 
     def _run(self, spec: TaskSpec, argv: list[str], files: dict[str, str], timeout_s: float, progress,

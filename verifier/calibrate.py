@@ -276,22 +276,21 @@ def session_hint(bench, records: list, k: int, wall_s: float) -> str:
         return ""
     w = sum(windows) / len(windows)
     start = sum(r.startup_s for r in first) / len(first)
-    c = max(0.0, (wall_s - sum(windows) - start * len(first)) / len(records))
-    share = sum(windows) / wall_s
     if start * len(first) < 0.5 * wall_s:  # starting servers is not most of it
         return ""
+    c = max(0.0, (wall_s - sum(windows) - start * len(first)) / len(records))
     t = SHARE_TARGET
-    said = (f"measured share {share:.0%}: starting the server took {start:.1f} s a start, a client "
+    said = (f"measured share {sum(windows) / wall_s:.0%}: starting the server took {start:.1f} s a start, a client "
             f"window {w:.2f} s (runs_per_start = {k})")
     room = w - t * (w + c)
     if room <= 0:
         return (f"{said}; each run's window is too short for {t:.0%} at any runs_per_start "
                 f"(the rest of a run takes {c:.2f} s): make a client run longer")
-    want = math.ceil(t * start / room)
+    want = min(math.ceil(t * start / room), 64)
     if want <= k:
         return ""
-    return (f"{said}; runs_per_start = {min(want, 64)} would measure about "
-            f"{min(want, 64) * w / (start + min(want, 64) * (w + c)):.0%} of the time "
+    return (f"{said}; runs_per_start = {want} would measure about "
+            f"{want * w / (start + want * (w + c)):.0%} of the time "
             "(needs hidden inputs: docs/configuration.md, runs_per_start)")
 
 

@@ -353,7 +353,7 @@ def measure_matrix(
     if b0 is not None and Path(b0).resolve() != Path(baseline).resolve():
         arms["b0"] = Path(b0)
     n = pairs or (bench.matrix.pairs if bench.matrix else config.verifier.initial_pairs)
-    most = max(n, bench.matrix.cap()) if bench.matrix and not pairs else n
+    most = bench.matrix.cap() if bench.matrix and not pairs else n  # measure_cell keeps >= n
     out = MatrixRun([], 0, seed)
     for cell in cells:
         run = measure_cell(
