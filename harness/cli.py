@@ -153,15 +153,16 @@ def estimate(spec: TaskSpec, rounds: int) -> str:
     """The most benchmark runs a task can take, said before it starts (a time
     needs the first run's; runs are what the verifier's settings fix)."""
     v = spec.verify.verifier
-    calib = 2 * v.calibration_pairs
-    matrix = spec.verify.benchmark().matrix
-    cells = matrix.runs_after_accept(v.warmup) if matrix else 0
-    per = 2 * (v.most_candidate_runs() + v.warmup) + cells
-    accept = 2 * (max(v.initial_pairs, v.accept_runs_needed()) + v.warmup)
+    bench = spec.verify.benchmark()
+    k = bench.per_start  # runs_per_start: a pair is a pair of sessions of k runs
+    calib = 2 * v.calibration_pairs * k
+    cells = bench.matrix.runs_after_accept(v.warmup, per_start=k) if bench.matrix else 0
+    per = 2 * (v.most_candidate_runs(k) + v.warmup) + cells
+    reject = 2 * (v.initial_pairs * k + v.warmup)
+    accept = 2 * (v.fewest_accept_runs(k) + v.warmup)
     return (f"at most {calib + rounds * per} benchmark runs: B0's calibration {calib}, then up "
-            f"to {per} per candidate (a reject often stops at {2 * v.initial_pairs + 2 * v.warmup}"
-            + (f", an accept takes at least {accept}: every run counts" if accept > 2 * (
-                v.initial_pairs + v.warmup) else "")
+            f"to {per} per candidate (a reject often stops at {reject}"
+            + (f", an accept takes at least {accept}: every run counts" if accept > reject else "")
             + (f", plus {cells} for the deployment matrix's other cells after an accept"
                if cells else "")
             + f") over {rounds} round(s)")
@@ -225,8 +226,8 @@ class StepLines:
         per = self.per_run_s
         if per is None or self.spec is None:
             return None
-        v = self.spec.verify.verifier
-        return self.agent_s + per * 3 * (v.most_candidate_runs() + v.warmup)
+        v, k = self.spec.verify.verifier, self.spec.verify.benchmark().per_start
+        return self.agent_s + per * 3 * (v.most_candidate_runs(k) + v.warmup)
 
     def _run_progress(self, ev) -> None:
         if ev.run == self.runs_seen + 1 and self.run_at is not None:
@@ -245,10 +246,10 @@ class StepLines:
         if self.timed or self.spec is None or per is None:
             return
         self.timed = True
-        v = self.spec.verify.verifier
-        typical = per * 2 * (v.initial_pairs + v.warmup) * self.rounds / 60
-        accept = per * 2 * (max(v.initial_pairs, v.accept_runs_needed()) + v.warmup) / 60
-        most = per * 2 * (v.most_candidate_runs() + v.warmup) * self.rounds / 60
+        v, k = self.spec.verify.verifier, self.spec.verify.benchmark().per_start
+        typical = per * 2 * (v.initial_pairs * k + v.warmup) * self.rounds / 60
+        accept = per * 2 * (v.fewest_accept_runs(k) + v.warmup) / 60
+        most = per * 2 * (v.most_candidate_runs(k) + v.warmup) * self.rounds / 60
         self.line(f"[estimate] ~{per:.1f} s per benchmark run; the {self.rounds} round(s) "
                   f"take ~{typical:.1f} min, at most ~{most:.1f} min (plus the agent's time); "
                   f"an accept takes ~{accept:.1f} min or more")

@@ -327,16 +327,15 @@ class SandboxVerifier:
                 "image_id": image_id}
 
     def _timeout(self, spec: TaskSpec, calibrate: bool) -> float:
-        v = spec.verify.verifier
+        v, k = spec.verify.verifier, spec.benchmark.per_start
         per_run = spec.benchmark.timeout_s + 30  # + a container's start and stop
         if calibrate:
-            runs = 2 * v.calibration_pairs + 2 * v.warmup + 2
+            runs = 2 * v.calibration_pairs * k + 2 * v.warmup + 2
         else:
             # an accept's confirmation pairs (issue 29) may reach accept_max_runs
-            pairs = max(v.max_pairs, v.accept_max_runs if v.accept_wild_rate > 0 else 0)
-            runs = 3 * pairs + 3 * v.warmup + 3
+            runs = 3 * v.most_candidate_runs(k) + 3 * v.warmup + 3
             if spec.benchmark.matrix is not None:  # the other cells after an accept
-                runs += spec.benchmark.matrix.runs_after_accept(v.warmup)
+                runs += spec.benchmark.matrix.runs_after_accept(v.warmup, per_start=k)
         return min(per_run * runs + 60, 6 * 3600)
 
     def _run(self, spec: TaskSpec, argv: list[str], files: dict[str, str], timeout_s: float, progress,

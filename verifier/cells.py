@@ -261,19 +261,22 @@ def failed_cells_reason(cells: Iterable[CellResult]) -> str:
 
 def cells_decision(
     decision: Decision, reason: str, cells: Iterable[CellResult], flags: list[str], *,
-    pairs: int, bench_name: str,
+    pairs: int, bench_name: str, per_start: int = 1,
 ) -> tuple[Decision, str, list[str]]:
     """(decision, reason, warnings) of a verdict whose primary cell decided
     ``decision`` / ``reason``, given the other ``cells`` and their ``flags``:
     a guard failed in a cell rejects (the cell named); one whose interval
     still straddles its bound at the cell's most ``pairs`` makes an accept ``review``,
     never decided by its point (issue 29), the reason naming the guard, the
-    cell and what would decide it; a flag makes an accept ``review``. Pure."""
+    cell and what would decide it; a flag makes an accept ``review``;
+    ``per_start``: the runs of a session pair (``runs_per_start``). Pure."""
     cells = list(cells)
     failed = failed_cells_reason(cells)
     unclear = unclear_cells_reason(cells)
+    most = f"{pairs} pairs" if per_start <= 1 else (
+        f"{pairs} session pairs ({pairs * per_start} runs of each arm)")
     undecided = unclear and (
-        f"{unclear}: measured to {pairs} pairs in the cell, and a guard whose interval "
+        f"{unclear}: measured to {most} in the cell, and a guard whose interval "
         f"straddles its bound is never decided by its point; raise [benchmarks.{bench_name}"
         ".matrix] max_pairs to decide it, or a human decides"
     )

@@ -175,7 +175,11 @@ class BenchmarkConfig(_Model):
     ``startup_s`` is measured once per session. The sequential test's unit is
     the session pair (the mean of its K index-matched log ratios), in ABBA
     order over sessions; every client run counts in the wild-run rule. The
-    verdict says ``runs_per_start = K``. Which K: a session of K runs measures
+    verdict says ``runs_per_start = K``. A session's K client runs share one
+    container (exec'd in turn, every process of the run killed and its run
+    dir and ``/tmp`` emptied before the next), and so do its K evaluators. A
+    deployment matrix's cells are measured in sessions too (a cell's
+    ``pairs`` are session pairs). Which K: a session of K runs measures
     K w / (S + K (w + c)) of its time (a start S, a client window w, the rest
     of a run c); a calibration whose runs mostly started servers says its
     measured share and the K that would measure about 70%."""
@@ -198,6 +202,12 @@ class BenchmarkConfig(_Model):
     @property
     def serving(self) -> bool:
         return self.serve is not None
+
+    @property
+    def per_start(self) -> int:
+        """Measured runs per server start: ``runs_per_start`` for a serving
+        benchmark, else 1 (a pair of any other benchmark is a run per arm)."""
+        return self.runs_per_start if self.serving else 1
 
     @property
     def reporter(self) -> Source:
@@ -274,11 +284,6 @@ class BenchmarkConfig(_Model):
                 f"{where}: runs_per_start = {self.runs_per_start} is for serving benchmarks "
                 "(serve + client: several client runs per server start); remove it or set "
                 "runs_per_start = 1"
-            )
-        elif self.runs_per_start > 1 and self.matrix is not None:
-            out.append(
-                f"{where}: runs_per_start = {self.runs_per_start} with a matrix is not "
-                "supported; set runs_per_start = 1 or remove the matrix"
             )
         for m in self.evaluator_metrics:
             if not self.evaluator:
@@ -531,13 +536,20 @@ class VerifierSettings(_Model):
     is ``review``. Must reach the runs an accept needs with none slow
     (``accept_wild_rate``, ``accept_confidence``) and ``max_pairs``."""
 
-    def most_candidate_runs(self) -> int:
+    def most_candidate_runs(self, per_start: int = 1) -> int:
         """The most runs a verification measures of each arm (warm-ups
-        aside): ``max_pairs``, or with the wild-run rule on the confirmation
-        pairs an accept may take up to ``accept_max_runs``."""
+        aside): ``max_pairs`` (pairs of sessions of ``per_start`` runs), or
+        with the wild-run rule on the confirmation pairs an accept may take up
+        to ``accept_max_runs``."""
         if self.accept_wild_rate <= 0:
-            return self.max_pairs
-        return max(self.max_pairs, self.accept_max_runs)
+            return self.max_pairs * per_start
+        return max(self.max_pairs * per_start, self.accept_max_runs)
+
+    def fewest_accept_runs(self, per_start: int = 1) -> int:
+        """The fewest runs of each arm an accept measures (warm-ups aside):
+        the first look's pairs (of sessions of ``per_start`` runs), or the
+        candidate runs the wild-run rule needs when that is more."""
+        return max(self.initial_pairs * per_start, self.accept_runs_needed())
 
     def accept_runs_needed(self) -> int:
         """Candidate runs an accept needs when none of them is slow: the
@@ -634,7 +646,7 @@ class VerifyConfig(_Model):
                 "accept_confidence"
             )
         ob = self.benchmarks.get(self.objective.benchmark)
-        per = ob.runs_per_start if ob is not None and ob.serving else 1
+        per = ob.per_start if ob is not None else 1
         most = v.max_pairs * per
         if v.accept_max_runs < most:
             also = f" x runs_per_start = {per}" if per > 1 else ""

@@ -308,7 +308,7 @@ class Evaluator:
     @property
     def _per_start(self) -> int:
         b = self.config.benchmarks.get(self.bench_name)
-        return b.runs_per_start if b is not None and b.serving else 1
+        return b.per_start if b is not None else 1
 
     def flags(self) -> list[str]:
         """Reasons to send an accept to ``review``: the reference arm's outputs

@@ -22,6 +22,7 @@ Nothing here raises for a benchmark's behaviour: a failure is a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import select
@@ -257,7 +258,12 @@ class Handle(Protocol):
 class Isolation(Protocol):
     kind: str
 
-    def start(self, job: Job) -> Handle: ...
+    def start(self, job: Job, box: Any = None) -> Handle: ...
+
+    def box(self, job: Job, input_root: Path | None = None) -> contextlib.AbstractContextManager[Any]:
+        """Where one session's jobs of ``job``'s kind run in turn (the K
+        client runs, or the K evaluators, of a ``runs_per_start`` session);
+        yields what ``start`` takes as ``box`` (None: each job on its own)."""
 
     def private_network(self) -> contextlib.AbstractContextManager[str | None]:
         """A network private to one serving run (None where not needed): the
@@ -271,10 +277,10 @@ class Isolation(Protocol):
     def close(self) -> None: ...
 
 
-def run_job(isolation: Isolation, job: Job) -> CommandResult:
-    """Start ``job`` and wait for it; never raises."""
+def run_job(isolation: Isolation, job: Job, box: Any = None) -> CommandResult:
+    """Start ``job`` (in ``box``: ``Isolation.box``) and wait for it; never raises."""
     try:
-        return isolation.start(job).wait()
+        return (isolation.start(job, box) if box is not None else isolation.start(job)).wait()
     except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
         from .infra import INFRA_PREFIX, explain, is_infrastructure
 
@@ -534,7 +540,7 @@ class ProcessIsolation:
         if cpus or threads:
             self.pinned_env = pin_env(self.cpus, threads)
 
-    def start(self, job: Job) -> ProcessHandle:
+    def start(self, job: Job, box: Any = None) -> ProcessHandle:
         if not Path(job.checkout).is_dir():
             raise FileNotFoundError(f"checkout {job.checkout} is not a directory")
         paths: dict[str, str] = {}
@@ -549,6 +555,9 @@ class ProcessIsolation:
     @contextlib.contextmanager
     def private_network(self) -> Iterator[str | None]:
         yield None
+
+    def box(self, job: Job, input_root: Path | None = None) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext(None)  # a process is all a job needs
 
     def server_port(self) -> int:
         return _free_port()
@@ -714,12 +723,15 @@ LEFTOVER_ROLES = frozenset({"run"})
 class ContainerHandle:
     """One job in its own fresh container (see :class:`ContainerIsolation`)."""
 
-    def __init__(self, iso: ContainerIsolation, job: Job):
-        self.iso, self.job = iso, job
+    def __init__(self, iso: ContainerIsolation, job: Job, box: ContainerBox | None = None):
+        self.iso, self.job, self.box = iso, job, box
         self.api = iso.client.api
-        kw = iso.create_kwargs(job)
-        self.name = kw["name"]
-        self.container = iso.client.containers.create(**kw)
+        if box is None:
+            kw = iso.create_kwargs(job)
+            self.name = kw["name"]
+            self.container = iso.client.containers.create(**kw)
+        else:  # the session's container: its previous job's processes are gone, its dirs empty
+            self.name, self.container = box.name, box.container
         self.cid = self.container.id
         self.exec_id: str | None = None
         self.result: CommandResult | None = None
@@ -727,21 +739,28 @@ class ContainerHandle:
         try:
             self._begin()
         except Exception:
-            self._remove()
+            if box is None:
+                self._remove()
+            else:  # the session's container, in an unknown state: not used again
+                self._close_pidfd()
+                box.broken = True
             raise
 
     def _begin(self) -> None:
         job, iso = self.job, self.iso
-        self.container.start()
-        self.container.reload()
-        self.init_pid = int(self.container.attrs["State"]["Pid"])
+        if self.box is None:
+            self.container.start()
+            self.container.reload()
+            self.init_pid = int(self.container.attrs["State"]["Pid"])
+        else:
+            self.init_pid = self.box.init_pid
         self.cgroup = Cgroup(self.init_pid)
         if job.network and job.role == "server":
             iso.netns_owner[job.network] = self.cid  # the client joins this namespace
         self.cpu0 = self.cgroup.cpu_s()
         thr = self.cgroup.throttled_s()
         self.thr0 = thr if thr is not None else 0.0
-        env = {**iso.env, **job.env, **iso.paths(job), "HOME": CONTAINER_HOME}
+        env = {**iso.env, **job.env, **iso.paths(job, self.box), "HOME": CONTAINER_HOME}
         outputs = f'mkdir -p {RUN_MOUNT}/outputs && ' if job.run_dir is not None else ""
         wrapper = outputs + 'mkdir -p "$HOME" && exec /bin/sh -c "$1"'
         self.exec_id = self.api.exec_create(
@@ -798,6 +817,8 @@ class ContainerHandle:
         # still rewrite its result. Kill every one of them at once and count them.
         check = exited and self.job.role in LEFTOVER_ROLES
         self.leftover = self._kill_leftovers() if check else 0
+        if self.box is not None and not check:  # the next job of the box inherits none of them
+            self._kill_leftovers()
         self._sample()
         with contextlib.suppress(OSError):
             self.cpu1 = self.cgroup.cpu_s()
@@ -897,11 +918,15 @@ class ContainerHandle:
                 with contextlib.suppress(Exception):
                     self._kill_leftovers()
             cap_error = self._copy_out()
-        with contextlib.suppress(Exception):
-            self.container.kill()  # the whole cgroup dies: nothing outlives the job
+        if self.box is None:
+            with contextlib.suppress(Exception):
+                self.container.kill()  # the whole cgroup dies: nothing outlives the job
         exit_code = self._exit_code()
         self.reader.join(timeout=5.0)
-        self._remove()
+        if self.box is None:
+            self._remove()
+        else:
+            self._release()
         self.output.finish()
         out, err = self.output.tails()
         extra: dict[str, Any] = {"container": self.name}
@@ -981,12 +1006,36 @@ class ContainerHandle:
             time.sleep(0.01)
         return None
 
-    def _remove(self) -> None:
+    def _release(self) -> None:
+        """Hand the box back for the session's next job: every process of the
+        job's user killed (a timed-out command too), then the run dir and
+        ``/tmp`` emptied; a box that could not be emptied is ``broken`` (the
+        next job gets a fresh container)."""
+        self._close_pidfd()
+        box = self.box
+        assert box is not None
+        try:
+            self._kill_leftovers()
+            eid = self.api.exec_create(
+                self.cid, ["find", RUN_MOUNT, "/tmp", "-mindepth", "1", "-delete"],
+                user=self.iso.user, workdir="/",
+            )["Id"]
+            self.api.exec_start(eid)
+            left = self.api.exec_inspect(eid).get("ExitCode")
+        except Exception:  # noqa: BLE001 - the container went away
+            left = None
+        if left != 0:
+            box.broken = True
+
+    def _close_pidfd(self) -> None:
         pidfd: int | None = getattr(self, "pidfd", None)
         if pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(pidfd)
             self.pidfd = None
+
+    def _remove(self) -> None:
+        self._close_pidfd()
         try:
             self.container.remove(force=True)
         except Exception as e:  # noqa: BLE001
@@ -1061,6 +1110,75 @@ def _extract(tar, m, dest: Path) -> None:
         os.mkfifo(path, 0o644)
 
 
+class ContainerBox:
+    """A container kept for the jobs of one session that are alike: the K
+    client runs of a ``runs_per_start`` session (all joining its server's
+    namespace), or their K evaluators. Each job is ``docker exec``'d in it as
+    in a fresh container (the same mounts, user, limits and network, its own
+    environment, its run dir copied out when it ends); between jobs, every
+    process of the job's user is killed and the run dir and ``/tmp`` are
+    emptied, so a job inherits nothing of the previous one but the image.
+
+    What it holds is what the session's jobs need and nothing more: the
+    measuring checkout (B0's protected client or evaluator, read-only) and,
+    for evaluators, the session's own runs (``input_root``, read-only), each
+    job reading its run's outputs (``RSI_INPUT_DIR`` under it). Every job in
+    a box runs the same protected code on the same arm's outputs; a job
+    that would need other mounts, or a box that could not be emptied
+    (``broken``), gets a fresh container."""
+
+    container: Any
+    name: str
+    init_pid: int
+    broken: bool
+
+    def __init__(self, iso: ContainerIsolation, job: Job, input_root: Path | None = None):
+        self.iso, self.role, self.checkout = iso, job.role, Path(job.checkout)
+        self.network, self.writable = job.network, job.writable
+        self.run_dir = job.run_dir is not None  # the tmpfs at RUN_MOUNT
+        self.read_only_paths = tuple(job.read_only_paths)
+        self.input_root = None if input_root is None else Path(input_root)
+        template = dataclasses.replace(job, input_dir=self.input_root)
+        kw = iso.create_kwargs(template)
+        self.name = kw["name"]
+        self.container = iso.client.containers.create(**kw)
+        self.broken = False
+        try:
+            self.container.start()
+            self.container.reload()
+            self.init_pid = int(self.container.attrs["State"]["Pid"])
+        except Exception:
+            self.close()
+            raise
+
+    def input_path(self, input_dir: Path) -> str:
+        """``input_dir`` (under ``input_root``) as the box's jobs see it."""
+        assert self.input_root is not None
+        rel = Path(input_dir).relative_to(self.input_root)
+        return f"{INPUT_MOUNT}/{rel.as_posix()}" if rel.parts else INPUT_MOUNT
+
+    def fits(self, job: Job) -> bool:
+        """``job`` can run here: the box is sound and holds exactly the
+        mounts and network ``job`` would get in a container of its own."""
+        if self.broken or job.role != self.role or job.writable != self.writable:
+            return False
+        if (job.run_dir is not None) != self.run_dir:
+            return False
+        if Path(job.checkout) != self.checkout or job.network != self.network:
+            return False
+        if tuple(job.read_only_paths) != self.read_only_paths:
+            return False
+        if job.input_dir is None:
+            return self.input_root is None
+        if self.input_root is None:
+            return False
+        return Path(job.input_dir).is_relative_to(self.input_root)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.container.remove(force=True)
+
+
 class ContainerIsolation:
     """Every job in its own fresh Docker container, killed and removed at its end.
 
@@ -1084,6 +1202,10 @@ class ContainerIsolation:
       writable mount) at ``/rsi/run``: ``RSI_RESULT=/rsi/run/result.json``,
       ``RSI_OUTPUT_DIR=/rsi/run/outputs``; an evaluator's input read-only at
       ``/rsi/input`` (``RSI_INPUT_DIR``).
+
+    The K client runs of a ``runs_per_start`` session share one container
+    (and its K evaluators another): :class:`ContainerBox`, emptied between
+    jobs.
 
     PID 1 is a ``sleep`` running as ``nobody``, so the command (run through
     ``docker exec`` as the spec's ``user``, 1000:1000 by default) cannot end
@@ -1140,7 +1262,7 @@ class ContainerIsolation:
         for k, v in pin_env(pinned, threads).items():
             self.env.setdefault(k, v)
 
-    def paths(self, job: Job) -> dict[str, str]:
+    def paths(self, job: Job, box: ContainerBox | None = None) -> dict[str, str]:
         out = {}
         if job.run_dir is not None:
             out = {
@@ -1148,7 +1270,7 @@ class ContainerIsolation:
                 "RSI_OUTPUT_DIR": f"{RUN_MOUNT}/outputs",
             }
         if job.input_dir is not None:
-            out["RSI_INPUT_DIR"] = INPUT_MOUNT
+            out["RSI_INPUT_DIR"] = INPUT_MOUNT if box is None else box.input_path(job.input_dir)
         return out
 
     def create_kwargs(self, job: Job) -> dict[str, Any]:
@@ -1196,21 +1318,34 @@ class ContainerIsolation:
             kw["network_mode"] = f"container:{owner}"
         return kw
 
-    def start(self, job: Job) -> ContainerHandle:
+    def start(self, job: Job, box: ContainerBox | None = None) -> ContainerHandle:
         if not Path(job.checkout).is_dir():
             raise FileNotFoundError(f"checkout {job.checkout} is not a directory")
         if job.writable and os.geteuid() == 0:
             uid, gid = (int(x) for x in (self.user + ":" + self.user).split(":")[:2])
             _lchown_tree(Path(job.checkout), uid, gid)
-        return ContainerHandle(self, job)
+        if box is not None and not box.fits(job):
+            box = None  # broken, or another kind of job: its own container
+        return ContainerHandle(self, job, box)
+
+    @contextlib.contextmanager
+    def box(self, job: Job, input_root: Path | None = None) -> Iterator[ContainerBox | None]:
+        """One container for a session's jobs like ``job`` (its K client runs,
+        or its K evaluators), each ``docker exec``'d in turn instead of a
+        container each: see :class:`ContainerBox`. Removed at the end."""
+        box = ContainerBox(self, job, input_root)
+        try:
+            yield box
+        finally:
+            box.close()
 
     @contextlib.contextmanager
     def private_network(self) -> Iterator[str | None]:
         """The network namespace of the run's server container (no docker
         network is created): the server starts in its own loopback-only
         namespace, the client joins it (with ``runs_per_start`` K > 1: K client
-        containers in turn, each fresh, the server's ``Handle`` kept across
-        them; ``runner.run_session``)."""
+        runs in turn in one box, emptied between them, the server's ``Handle``
+        kept across them; ``runner.run_session``)."""
         name = f"rsi-verify-netns-{uuid.uuid4().hex[:12]}"
         try:
             yield name

@@ -832,6 +832,7 @@ def _matrix(
     decision, reason, more = cells_decision(
         verdict.decision, verdict.reason, rows[1:], flags,
         pairs=plan.bench.matrix.cap(), bench_name=plan.bench_name,
+        per_start=plan.bench.per_start,
     )  # fmt: skip
     warnings += more
     lines = [*verdict.tradeoffs] + [

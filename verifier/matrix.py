@@ -87,10 +87,11 @@ class Matrix(BaseModel):
         """The most pairs a secondary cell is measured to (``max_pairs``)."""
         return max(self.pairs, self.max_pairs if self.max_pairs is not None else min(3 * self.pairs, 30))
 
-    def runs_after_accept(self, warmup: int, arms: int = 3) -> int:
+    def runs_after_accept(self, warmup: int, arms: int = 3, per_start: int = 1) -> int:
         """The most runs the cells but the primary take after an accept:
-        each to its ``cap()``, with its warm-ups, over ``arms`` arms."""
-        return arms * (len(self.cells()) - 1) * (self.cap() + warmup)
+        each to its ``cap()`` pairs (of sessions of ``per_start`` runs), with
+        its warm-ups, over ``arms`` arms."""
+        return arms * (len(self.cells()) - 1) * (self.cap() * per_start + warmup)
 
     def settings(self) -> dict[str, list[Value]]:
         """Setting name -> its values, in the config's order."""

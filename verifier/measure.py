@@ -124,7 +124,7 @@ class Session:
         """Values, samples and directions over every measured run (the pairs'
         and the confirmation pairs'): ``every_run_scope``. Off, ``records``
         only (the objective's sequential test: ``design_values``)."""
-        self.k = bench.runs_per_start if bench.serving else 1
+        self.k = bench.per_start
         """Measured runs per server start (``runs_per_start``): with K > 1 a
         "pair" of ``add_pairs`` and ``confirm_pairs`` is a session pair (one
         server start of each arm, K client runs each; ``run_session``);

@@ -27,12 +27,14 @@ verifier measures itself (``measured()``) is source ``verifier``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .config import BenchmarkConfig
 from .isolation import (
@@ -372,17 +374,14 @@ def _evaluate(
     hidden: dict[str, str],
     drop: tuple[str, ...],
     work: Path,
+    box: Any = None,
 ) -> None:
-    """Run the protected evaluator on the run's output files; merge its result."""
+    """Run the protected evaluator on the run's output files (in ``box``:
+    ``Isolation.box``); merge its result."""
     eval_dir = work / "eval"
     eval_dir.mkdir()
     iso.prepare_dir(eval_dir)
-    job = Job(
-        bench.evaluator or "", base, {**_common_env(bench), **hidden}, bench.timeout_s,
-        role="evaluator", run_dir=eval_dir, input_dir=Path(rec.output_dir), drop=drop,
-        read_only_paths=_paths(hidden),
-    )  # fmt: skip
-    cr = run_job(iso, job)
+    cr = run_job(iso, _evaluator_job(bench, base, rec, hidden, drop, work), box)
     err = _failure(cr, bench, "the evaluator")
     if err:
         rec.error = err
@@ -403,6 +402,18 @@ def _evaluate(
     )
     rec.sources.update(probe.sources)
     rec.output_bases = [str(eval_dir / "outputs"), rec.output_dir]
+
+
+def _evaluator_job(
+    bench: BenchmarkConfig, base: Path, rec: RunRecord, hidden: dict[str, str],
+    drop: tuple[str, ...], work: Path,
+) -> Job:  # fmt: skip
+    """The evaluator's job for the run ``rec`` (its outputs its input)."""
+    return Job(
+        bench.evaluator or "", base, {**_common_env(bench), **hidden}, bench.timeout_s,
+        role="evaluator", run_dir=work / "eval", input_dir=Path(rec.output_dir), drop=drop,
+        read_only_paths=_paths(hidden),
+    )  # fmt: skip
 
 
 def run_seed(seed: str, index: int) -> str:
@@ -449,18 +460,20 @@ def run_session(
             )
         ]  # fmt: skip
     works: list[Path] = []
+    # the session's runs in a dir of its own: the evaluators' box holds it (and nothing else)
+    session = Path(tempfile.mkdtemp(prefix="rsi-session-", dir=workdir))
+    session.chmod(0o711)  # their user enters it; nobody lists it
     try:
         recs = _session(
             bench, Path(checkout), base, iso, hidden=dict(extra_env or {}), drop=drop_env,
-            k=k, workdir=workdir, works=works,
+            k=k, session=session, works=works,
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001 - a runner returns, it does not raise
         recs = [_crashed(e)]
     for rec, work in zip(recs, works, strict=False):
         rec.work_dir = str(work)
     if workdir is None:
-        for work in works:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(session, ignore_errors=True)
         for rec in recs:
             rec.output_dir, rec.output_bases = "", []
     return recs
@@ -475,12 +488,15 @@ def _session(
     hidden: dict[str, str],
     drop: tuple[str, ...],
     k: int,
-    workdir: Path | None,
+    session: Path,
     works: list[Path],
 ) -> list[RunRecord]:
     """``run_session``'s body: the server held across the ``k`` client jobs
     (``Handle`` kept, killed after the last), then each run's result read and
-    its evaluator run, after the server is gone (as in a single run)."""
+    its evaluator run, after the server is gone (as in a single run). The
+    client jobs share one box (``Isolation.box``: a container exec'd K times,
+    emptied between runs), and so do the evaluators, whose box holds the
+    session's own runs (``session``, a dir of its own) read-only."""
     common = _common_env(bench)
     port = iso.server_port()
     deadline = time.perf_counter() + bench.timeout_s
@@ -497,31 +513,55 @@ def _session(
             ready = _await_ready(server, bench, port, deadline)
             if ready is None:
                 return [_never_ready(server, bench)]
-            for i in range(k):
-                work = Path(tempfile.mkdtemp(prefix="rsi-run-", dir=workdir))
-                works.append(work)
-                run_dir = work / "run"
-                run_dir.mkdir()
-                iso.prepare_dir(run_dir)
-                mine = dict(hidden)
-                if "RSI_SEED" in mine:
-                    mine["RSI_SEED"] = run_seed(mine["RSI_SEED"], i)
-                client = Job(
-                    bench.client or "", base,
-                    {**common, **mine, "RSI_SERVER_URL": f"http://{server.host}:{port}"},
-                    max(1.0, deadline - time.perf_counter()),
-                    role="client", run_dir=run_dir, network=net, drop=drop,
-                    read_only_paths=_paths(mine),
-                )  # fmt: skip
-                cr = run_job(iso, client)
-                alive = server.running()
-                clients.append((cr, alive, work, mine))
-                if _failure(cr, bench, "the client") or not alive:
-                    break
-                deadline = time.perf_counter() + bench.timeout_s
+            with contextlib.ExitStack() as boxes:  # the clients' box, gone before the server
+                box = None
+                for i in range(k):
+                    work = Path(tempfile.mkdtemp(prefix="rsi-run-", dir=session))
+                    work.chmod(0o711)
+                    works.append(work)
+                    run_dir = work / "run"
+                    run_dir.mkdir()
+                    iso.prepare_dir(run_dir)
+                    mine = dict(hidden)
+                    if "RSI_SEED" in mine:
+                        mine["RSI_SEED"] = run_seed(mine["RSI_SEED"], i)
+                    client = Job(
+                        bench.client or "", base,
+                        {**common, **mine, "RSI_SERVER_URL": f"http://{server.host}:{port}"},
+                        max(1.0, deadline - time.perf_counter()),
+                        role="client", run_dir=run_dir, network=net, drop=drop,
+                        read_only_paths=_paths(mine),
+                    )  # fmt: skip
+                    if i == 0:
+                        box = boxes.enter_context(_box(iso, client))
+                    cr = run_job(iso, client, box)
+                    alive = server.running()
+                    clients.append((cr, alive, work, mine))
+                    if _failure(cr, bench, "the client") or not alive:
+                        break
+                    deadline = time.perf_counter() + bench.timeout_s
         finally:
             sr = server.stop()
+    with contextlib.ExitStack() as boxes:
+        return _session_records(bench, base, iso, clients, sr, ready, k, net, drop, boxes, session)
+
+
+def _box(iso: Isolation, job: Job, input_root: Path | None = None):
+    """``iso.box`` (an isolation without one: each job on its own)."""
+    box = getattr(iso, "box", None)
+    return box(job, input_root) if box is not None else contextlib.nullcontext(None)
+
+
+def _session_records(
+    bench: BenchmarkConfig, base: Path, iso: Isolation,
+    clients: list[tuple[CommandResult, bool, Path, dict[str, str]]], sr: CommandResult,
+    ready: float | None, k: int, net: str | None, drop: tuple[str, ...],
+    boxes: contextlib.ExitStack, session: Path,
+) -> list[RunRecord]:  # fmt: skip
+    """Each client run's record, its result read and its evaluator run (in
+    one box for the session, opened at the first evaluator)."""
     recs: list[RunRecord] = []
+    ebox: Any = None
     share = None if sr.cpu_s is None else sr.cpu_s / len(clients)
     for i, (cr, alive, work, mine) in enumerate(clients):
         rec = _record(cr, bench, "the client")
@@ -545,7 +585,10 @@ def _session(
         if not _load(rec, run_dir / "result.json", own, bench.reporter):
             break
         if bench.evaluator:
-            _evaluate(bench, base, iso, rec, hidden=mine, drop=drop, work=work)
+            if ebox is None:
+                ebox = boxes.enter_context(_box(iso, _evaluator_job(bench, base, rec, mine, drop, work),
+                                                session))  # fmt: skip
+            _evaluate(bench, base, iso, rec, hidden=mine, drop=drop, work=work, box=ebox)
             if rec.error:
                 break
         rec.ok = True

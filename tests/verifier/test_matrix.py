@@ -418,6 +418,10 @@ def test_a_guard_unclear_in_a_cell_makes_an_accept_review_never_a_point_decision
     assert decision == Decision.REVIEW, reason
     assert "latency_p95_s <= 1.05x at concurrency=4 vs Bk" in reason
     assert "never decided by its point" in reason and "[benchmarks.tts.matrix] max_pairs" in reason
+    assert "measured to 2 pairs in the cell" in reason
+    _, sessions, _ = cells_decision(Decision.ACCEPT, "gain ok", cells, [], pairs=2, bench_name="tts",
+                                    per_start=4)  # runs_per_start = 4: session pairs
+    assert "measured to 2 session pairs (8 runs of each arm) in the cell" in sessions
     assert warnings == []
     # a review stays a review with its own reason; the undecided cell is a warning then
     decision, reason, warnings = cells_decision(

@@ -225,8 +225,48 @@ def test_the_default_is_one_run_per_start():
     assert cfg.benchmark().runs_per_start == 1
 
 
+# What a client run finds of the run before it in the same container (a
+# marker file in /tmp, its own output file, a process it left running),
+# reported in its outputs; then it leaves all three behind for the next run.
+SNOOP = textwrap.dedent(
+    r"""
+    import os, subprocess, sys
+    out = os.environ["RSI_OUTPUT_DIR"]
+    found = []
+    if os.path.exists("/tmp/marker"):
+        found.append("file")
+    if os.path.exists(os.path.join(out, "mine")):
+        found.append("output")
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"rsi-leftover" in open(f"/proc/{p}/cmdline", "rb").read():
+                found.append("process")
+        except OSError:
+            pass
+    open("/tmp/marker", "w").write("x")
+    open(os.path.join(out, "mine"), "w").write("x")
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "rsi-leftover"],
+                     start_new_session=True)
+    """
+)
+
+# The evaluator: which files its input dir holds, and which container it ran in.
+EVALUATOR = textwrap.dedent(
+    r"""
+    import json, os, socket
+    inp = os.environ["RSI_INPUT_DIR"]
+    json.dump({"outputs": {"evaluated": sorted(os.listdir(inp)), "host": socket.gethostname()}},
+              open(os.environ["RSI_RESULT"], "w"))
+    """
+)
+
+
 @pytest.mark.docker
 def test_a_session_in_containers(tmp_path):
+    """K = 3 in real containers: one server container; the client runs in one
+    container too (exec'd in turn) and so do the evaluators, yet no run finds
+    anything of the run before it (its /tmp file, its output, its process),
+    and each evaluator reads exactly its own run's outputs."""
     from tests.conftest import docker_unavailable_reason
 
     why = docker_unavailable_reason()
@@ -235,20 +275,35 @@ def test_a_session_in_containers(tmp_path):
     from tests.images import runtime_image
     from verifier.isolation import ContainerIsolation, IsolationSpec
 
+    c = _checkout(tmp_path / "c", mode="second")
+    (c / "bench" / "client.py").write_text(CLIENT.replace(
+        "window = time.perf_counter() - t0",
+        "window = time.perf_counter() - t0\nexec(open('bench/snoop.py').read())",
+    ).replace('"seed": seed}', '"seed": seed, "found": found}'))  # fmt: skip
+    (c / "bench" / "snoop.py").write_text(SNOOP)
+    (c / "bench" / "evaluate.py").write_text(EVALUATOR)
+    bench = _config(3).benchmark().model_copy(update={"evaluator": f"{PY} bench/evaluate.py"})
     iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
     try:
-        c = _checkout(tmp_path / "c", mode="second")
-        recs = run_session(_config(2).benchmark(), c, 2, extra_env={"RSI_SEED": "9"},
-                           workdir=tmp_path, isolation=iso)  # fmt: skip
+        recs = run_session(bench, c, 3, extra_env={"RSI_SEED": "9"}, workdir=tmp_path,
+                           isolation=iso)  # fmt: skip
+        again = run_session(bench, c, 1, extra_env={"RSI_SEED": "9"}, workdir=tmp_path,
+                            isolation=iso)  # fmt: skip
     finally:
         iso.close()
-    assert [r.ok for r in recs] == [True, True], [(r.error, r.stderr_tail) for r in recs]
+    assert [r.ok for r in recs] == [True] * 3, [(r.error, r.stderr_tail) for r in recs]
     outs = [r.result.outputs for r in recs if r.result is not None]
-    assert outs[0]["starts"] == outs[1]["starts"]  # one server container for both runs
+    assert outs[0]["starts"] == outs[1]["starts"] == outs[2]["starts"]  # one server start
     assert outs[1]["served"] == [4, 5, 6, 7]
     assert outs[1]["texts"] == ["garbled nonsense"] * 4 and outs[0]["texts"][0].startswith("echo")
     names = [r.extra["containers"] for r in recs]
-    assert names[0][0] == names[1][0] and names[0][1] != names[1][1]  # server kept, fresh clients
+    assert len({n[0] for n in names}) == 1 and len({n[1] for n in names}) == 1  # server, client box
+    assert [o["found"] for o in outs] == [[], [], []]  # nothing of the run before
+    assert [o["evaluated"] for o in outs] == [["mine"]] * 3  # its own run's outputs only
+    assert len({o["host"] for o in outs}) == 1  # the evaluators' box
+    assert again[0].ok and again[0].result is not None
+    assert again[0].result.outputs["host"] != outs[0]["host"]  # a box per session
+    assert again[0].extra["containers"][1] != names[0][1]
 
 
 def test_confirmation_pairs_are_sessions_and_every_run_is_read_at_its_index(tmp_path):
@@ -336,3 +391,60 @@ def test_a_calibration_that_mostly_starts_servers_says_which_runs_per_start_woul
         "window = time.perf_counter() - t0", "time.sleep(2.0)\nwindow = time.perf_counter() - t0"))
     quick = calibrate(quick, config(1))
     assert quick.error is None and quick.cost_note == "", quick.cost_note
+
+
+def _with_matrix(cfg: VerifyConfig, matrix: dict) -> VerifyConfig:
+    """``cfg`` with ``[benchmarks.web.matrix]`` = ``matrix``, validated again."""
+    from verifier.matrix import Matrix
+
+    web = cfg.benchmark().model_copy(update={"matrix": Matrix.model_validate(matrix)})
+    return VerifyConfig.model_validate({**cfg.model_dump(), "benchmarks": {"web": web.model_dump()}})
+
+
+def test_a_matrix_cell_is_measured_in_sessions(tmp_path):
+    """``runs_per_start`` with a deployment matrix: a cell's pairs are session
+    pairs too (a start per session, K client runs at the cell's setting, each
+    with its own request texts), warm-ups and guards as in the primary; a
+    candidate that garbles every second run of a start fails in the cell."""
+    from verifier.cells import measure_matrix
+
+    log = tmp_path / "starts.log"
+    cfg = _with_matrix(_config(2, log=log), {"requests": [4, 6], "pairs": 2, "max_pairs": 2})
+    base = _checkout(tmp_path / "base")
+    run = measure_matrix(base, _checkout(tmp_path / "cand"), cfg, include_primary=False)
+    assert run.error is None, run.error
+    (cell,) = run.cells
+    assert cell.setting == {"requests": 6} and cell.pairs == 2
+    # per arm: 1 warm-up start + 2 sessions (a start each) of 2 client runs
+    assert len(log.read_text().split()) == 2 * (1 + 2)
+    assert run.runs == 2 * (1 + 2 * 2)
+    wer = {(g.kind, g.against): g for g in cell.guards}[("wer", "bk")]
+    assert wer.status == "pass", wer
+    # the 2nd run of each start (requests 6..11 of a start at 6 requests) garbled: caught
+    bad = measure_matrix(base, _checkout(tmp_path / "bad", mode="second"), cfg,
+                         include_primary=False)  # fmt: skip
+    assert bad.error is None, bad.error
+    wer = {(g.kind, g.against): g for g in bad.cells[0].guards}[("wer", "bk")]
+    assert wer.status == "fail", wer
+
+
+def test_runs_per_start_with_a_matrix_is_counted_in_the_estimates():
+    """tiny-tts (a matrix: one other cell, 2 pairs measured up to 6) with
+    ``runs_per_start = 2``, refused before: the run estimate counts 2 runs per
+    session in the calibration, the primary and the other cell."""
+    from harness.cli import estimate
+    from harness.spec import build_task
+    from tests.adversarial import round2
+
+    text = (round2.EXAMPLE / ".rsi" / "config.toml").read_text()
+    assert "timeout_s = 120\n" in text
+    spec = build_task(text.replace("timeout_s = 120\n", "timeout_s = 120\nruns_per_start = 2\n"),
+                      None, "t")  # fmt: skip
+    bench, v = spec.verify.benchmark(), spec.verify.verifier
+    assert bench.per_start == 2 and bench.matrix is not None and v.calibration_pairs == 8
+    said = estimate(spec, 1)
+    assert "B0's calibration 32" in said, said  # 8 A/A session pairs of 2 runs, 2 arms
+    assert "a reject often stops at 16" in said, said  # 4 session pairs of 2 runs, 2 arms
+    # 3 arms x 1 other cell x 6 session pairs of 2 runs
+    assert "plus 36 for the deployment matrix's other cells after an accept" in said, said
+    assert v.most_candidate_runs(2) == max(20 * 2, v.accept_max_runs)
