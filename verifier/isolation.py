@@ -719,6 +719,10 @@ def _lchown_tree(path: Path, uid: int, gid: int) -> None:
 #: the command exits could rewrite it, so leftovers fail the run.
 LEFTOVER_ROLES = frozenset({"run"})
 
+#: How long a box waits, after killing every process of a job's user, for
+#: them to be gone before it gives the box up (``ContainerHandle._release``).
+BOX_KILL_WAIT_S = 2.0
+
 
 class ContainerHandle:
     """One job in its own fresh container (see :class:`ContainerIsolation`)."""
@@ -817,8 +821,8 @@ class ContainerHandle:
         # still rewrite its result. Kill every one of them at once and count them.
         check = exited and self.job.role in LEFTOVER_ROLES
         self.leftover = self._kill_leftovers() if check else 0
-        if self.box is not None and not check:  # the next job of the box inherits none of them
-            self._kill_leftovers()
+        if self.box is not None:  # before its run dir is copied out; the next job inherits none
+            self._kill_all()
         self._sample()
         with contextlib.suppress(OSError):
             self.cpu1 = self.cgroup.cpu_s()
@@ -968,9 +972,10 @@ class ContainerHandle:
 
         cap = self.iso.spec.run_dir_mib * 1024 * 1024
         cap_text = f"{self.iso.spec.run_dir_mib} MiB"
+        free: int | None = getattr(self, "run_free", None)  # a box's kill read it already
         try:
-            free_s = b"".join(self._exec_out(["stat", "-f", "-c", "%a %S", RUN_MOUNT], 4096)).split()
-            free = int(free_s[0]) * int(free_s[1])
+            if free is None:
+                free = _free_bytes(b"".join(self._exec_out(["stat", "-f", "-c", "%a %S", RUN_MOUNT], 4096)))
         except Exception:  # noqa: BLE001 - unknown: judged by the copy's size below
             free = None
         if free is not None and free < RUN_DIR_FULL_BYTES:
@@ -1007,25 +1012,43 @@ class ContainerHandle:
         return None
 
     def _release(self) -> None:
-        """Hand the box back for the session's next job: every process of the
-        job's user killed (a timed-out command too), then the run dir and
-        ``/tmp`` emptied; a box that could not be emptied is ``broken`` (the
-        next job gets a fresh container)."""
+        """Hand the box back for the session's next job (every process of the
+        job's user killed by ``_kill_all`` when it ended): the run dir, ``/tmp`` and
+        ``/dev/shm`` emptied; a box where a process of the job's user is still
+        alive, or that could not be emptied, is ``broken`` (the next job gets
+        a fresh container)."""
         self._close_pidfd()
         box = self.box
         assert box is not None
-        try:
-            self._kill_leftovers()
-            eid = self.api.exec_create(
-                self.cid, ["find", RUN_MOUNT, "/tmp", "-mindepth", "1", "-delete"],
-                user=self.iso.user, workdir="/",
-            )["Id"]
-            self.api.exec_start(eid)
-            left = self.api.exec_inspect(eid).get("ExitCode")
-        except Exception:  # noqa: BLE001 - the container went away
-            left = None
-        if left != 0:
+        status, _ = self._exec_status(["find", RUN_MOUNT, "/tmp", "/dev/shm", "-mindepth", "1", "-delete"])
+        # a killed process leaves the list once it has taken the signal: wait for that
+        deadline = time.perf_counter() + BOX_KILL_WAIT_S
+        while (alive := self._kill_leftovers()) and time.perf_counter() < deadline:
+            time.sleep(0.005)
+        if status != 0 or alive:
             box.broken = True
+
+    def _kill_all(self) -> None:
+        """Kill every process of the job's user in the box: ``kill(-1,
+        SIGKILL)`` from inside, as that user. The kernel signals them all in
+        one pass that no fork can slip past (a walk over the cgroup's pids
+        from the host misses a process that forks and exits in a loop).
+        The same exec reads the run dir's free space for ``_copy_out`` (one
+        exec fewer per job: nothing of the job writes there any more)."""
+        self._kill_leftovers()
+        argv = ["/bin/sh", "-c", f"kill -9 -1; stat -f -c '%a %S' {RUN_MOUNT} 2>/dev/null || true"]
+        with contextlib.suppress(Exception):  # unknown: _copy_out reads it itself
+            self.run_free = _free_bytes(self._exec_status(argv)[1])
+
+    def _exec_status(self, argv: list[str]) -> tuple[int | None, bytes]:
+        """Exit status (None: it could not be run) and output of ``argv``
+        exec'd in the container as the job's user."""
+        try:
+            eid = self.api.exec_create(self.cid, argv, user=self.iso.user, workdir="/")["Id"]
+            out = self.api.exec_start(eid) or b""
+            return self.api.exec_inspect(eid).get("ExitCode"), out
+        except Exception:  # noqa: BLE001 - the container went away
+            return None, b""
 
     def _close_pidfd(self) -> None:
         pidfd: int | None = getattr(self, "pidfd", None)
@@ -1041,6 +1064,12 @@ class ContainerHandle:
         except Exception as e:  # noqa: BLE001
             if "No such container" not in str(e):
                 raise
+
+
+def _free_bytes(stat_out: bytes) -> int:
+    """``stat -f -c '%a %S'`` output -> free bytes (ValueError/IndexError: none)."""
+    blocks, size = stat_out.split()[:2]
+    return int(blocks) * int(size)
 
 
 class _CapExceeded(OSError):
@@ -1139,7 +1168,10 @@ class ContainerBox:
         self.read_only_paths = tuple(job.read_only_paths)
         self.input_root = None if input_root is None else Path(input_root)
         template = dataclasses.replace(job, input_dir=self.input_root)
-        kw = iso.create_kwargs(template)
+        # an init as PID 1 reaps what a job orphans: a fresh container per job
+        # never lives long enough for zombies to matter, a box would fill its
+        # pids limit with them
+        kw = {**iso.create_kwargs(template), "init": True}
         self.name = kw["name"]
         self.container = iso.client.containers.create(**kw)
         self.broken = False

@@ -243,12 +243,19 @@ SNOOP = textwrap.dedent(
                 found.append("process")
         except OSError:
             pass
+    if os.path.exists("/dev/shm/marker"):
+        found.append("shm")
     open("/tmp/marker", "w").write("x")
+    open("/dev/shm/marker", "w").write("x")
     open(os.path.join(out, "mine"), "w").write("x")
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "rsi-leftover"],
                      start_new_session=True)
+    # a process that hops to a new pid all the time (forks, the parent exits):
+    # a kill that walks a list of pids misses it
+    subprocess.Popen([sys.executable, "-c", HOP, "rsi-leftover"], start_new_session=True)
     """
 )
+HOP = "import os, time\nwhile True:\n    if os.fork():\n        os._exit(0)\n    time.sleep(0.0005)"
 
 # The evaluator: which files its input dir holds, and which container it ran in.
 EVALUATOR = textwrap.dedent(
@@ -265,7 +272,8 @@ EVALUATOR = textwrap.dedent(
 def test_a_session_in_containers(tmp_path):
     """K = 3 in real containers: one server container; the client runs in one
     container too (exec'd in turn) and so do the evaluators, yet no run finds
-    anything of the run before it (its /tmp file, its output, its process),
+    anything of the run before it (its files in /tmp and /dev/shm, its
+    output, its processes, one of them hopping to a new pid all the time),
     and each evaluator reads exactly its own run's outputs."""
     from tests.conftest import docker_unavailable_reason
 
@@ -280,7 +288,7 @@ def test_a_session_in_containers(tmp_path):
         "window = time.perf_counter() - t0",
         "window = time.perf_counter() - t0\nexec(open('bench/snoop.py').read())",
     ).replace('"seed": seed}', '"seed": seed, "found": found}'))  # fmt: skip
-    (c / "bench" / "snoop.py").write_text(SNOOP)
+    (c / "bench" / "snoop.py").write_text(f"HOP = {HOP!r}\n" + SNOOP)
     (c / "bench" / "evaluate.py").write_text(EVALUATOR)
     bench = _config(3).benchmark().model_copy(update={"evaluator": f"{PY} bench/evaluate.py"})
     iso = ContainerIsolation(IsolationSpec.simple(runtime_image(), cpus=1, memory="1g"))
