@@ -336,13 +336,8 @@ def _serving(
             ready = _await_ready(server, bench, port, deadline)
             if ready is None:
                 return _never_ready(server, bench)
-            client = Job(
-                bench.client or "", base,
-                {**common, **hidden, "RSI_SERVER_URL": f"http://{server.host}:{port}"},
-                max(1.0, deadline - time.perf_counter()),
-                role="client", run_dir=run_dir, network=net, drop=drop,
-                read_only_paths=_paths(hidden),
-            )  # fmt: skip
+            client = _client_job(bench, base, common, hidden, f"http://{server.host}:{port}",
+                                 deadline, run_dir, net, drop)  # fmt: skip
             cr = run_job(iso, client)
             alive = server.running()
         finally:
@@ -402,6 +397,19 @@ def _evaluate(
     )
     rec.sources.update(probe.sources)
     rec.output_bases = [str(eval_dir / "outputs"), rec.output_dir]
+
+
+def _client_job(
+    bench: BenchmarkConfig, base: Path, common: dict[str, str], hidden: dict[str, str],
+    url: str, deadline: float, run_dir: Path, net: str | None, drop: tuple[str, ...],
+) -> Job:  # fmt: skip
+    """The protected client's job (from ``base``) against the server at
+    ``url``, on the server's network, until ``deadline``."""
+    return Job(
+        bench.client or "", base, {**common, **hidden, "RSI_SERVER_URL": url},
+        max(1.0, deadline - time.perf_counter()),
+        role="client", run_dir=run_dir, network=net, drop=drop, read_only_paths=_paths(hidden),
+    )  # fmt: skip
 
 
 def _evaluator_job(
@@ -525,13 +533,8 @@ def _session(
                     mine = dict(hidden)
                     if "RSI_SEED" in mine:
                         mine["RSI_SEED"] = run_seed(mine["RSI_SEED"], i)
-                    client = Job(
-                        bench.client or "", base,
-                        {**common, **mine, "RSI_SERVER_URL": f"http://{server.host}:{port}"},
-                        max(1.0, deadline - time.perf_counter()),
-                        role="client", run_dir=run_dir, network=net, drop=drop,
-                        read_only_paths=_paths(mine),
-                    )  # fmt: skip
+                    client = _client_job(bench, base, common, mine, f"http://{server.host}:{port}",
+                                         deadline, run_dir, net, drop)  # fmt: skip
                     if i == 0:
                         box = boxes.enter_context(_box(iso, client))
                     cr = run_job(iso, client, box)
