@@ -521,6 +521,7 @@ def _session(
             ready = _await_ready(server, bench, port, deadline)
             if ready is None:
                 return [_never_ready(server, bench)]
+            url = f"http://{server.host}:{port}"
             with contextlib.ExitStack() as boxes:  # the clients' box, gone before the server
                 box = None
                 for i in range(k):
@@ -533,8 +534,7 @@ def _session(
                     mine = dict(hidden)
                     if "RSI_SEED" in mine:
                         mine["RSI_SEED"] = run_seed(mine["RSI_SEED"], i)
-                    client = _client_job(bench, base, common, mine, f"http://{server.host}:{port}",
-                                         deadline, run_dir, net, drop)  # fmt: skip
+                    client = _client_job(bench, base, common, mine, url, deadline, run_dir, net, drop)
                     if i == 0:
                         box = boxes.enter_context(_box(iso, client))
                     cr = run_job(iso, client, box)
