@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -53,6 +53,10 @@ RUN_MOUNT = "/rsi/run"
 RUN_DIR_MIB = 256
 RUN_DIR_FULL_BYTES = 256 * 1024  # less free than this at the end: the run hit the cap
 MAX_RUN_ENTRIES = 10_000
+COPY_TRIES = 3  # a run dir's copy out of its container, tried again when tar's stream was cut
+COPY_RETRY_S = 0.2  # times the try's index: the wait before a copy is tried again
+SAID_BYTES = 512  # of a failed exec's stdout kept to say why (Docker's error text)
+SAID_CHARS = 200
 INPUT_MOUNT = "/rsi/input"
 SRC_MOUNT = "/rsi/src"
 CONTAINER_HOME = "/tmp/home"
@@ -955,11 +959,12 @@ class ContainerHandle:
         )
         return self.result
 
-    def _exec_out(self, argv: list[str], limit: int):
+    def _exec_out(self, argv: list[str], limit: int) -> _Capped:
         """stdout of ``argv`` run in the job's container as the job's user, as a
-        stream of at most ``limit`` bytes (then :class:`_CapExceeded`)."""
+        stream of at most ``limit`` bytes (then :class:`_CapExceeded`); its
+        ``exit_code()`` once read to the end."""
         eid = self.api.exec_create(self.cid, argv, user=self.iso.user, workdir="/")["Id"]
-        return _Capped(self.api.exec_start(eid, stream=True, demux=True), limit)
+        return _Capped(self.api.exec_start(eid, stream=True, demux=True), limit, self.api, eid)
 
     def _copy_out(self) -> str:
         """Copy the run dir (a tmpfs in the container) into the job's host
@@ -967,9 +972,16 @@ class ContainerHandle:
         host reads results only as regular files, never through a link), no
         devices, no path leaving the dir, at most :data:`MAX_RUN_ENTRIES`
         entries and the tmpfs's size. An error naming the cap when the run hit
-        it (or its copy went over), else ""."""
-        import tarfile
+        it (or its copy went over), else "".
 
+        A copy is whole only when ``tar`` exited 0 (1: a file changed while it
+        was read, the archive is still whole) after the stream ended: a tar
+        cut short at a member's boundary reads as a shorter archive, and an
+        exec the runtime failed to start (seen on a loaded machine) streams
+        Docker's error text instead of an archive. Such a copy is undone and
+        tried again (:data:`COPY_TRIES` in all: the job is over, its run dir
+        stays as it left it); an error saying what tar or Docker said after
+        the last."""
         cap = self.iso.spec.run_dir_mib * 1024 * 1024
         cap_text = f"{self.iso.spec.run_dir_mib} MiB"
         free: int | None = getattr(self, "run_free", None)  # a box's kill read it already
@@ -983,18 +995,49 @@ class ContainerHandle:
                     "together); the run's results are not read")
         assert self.job.run_dir is not None  # _copy_out runs only for a job with a run dir
         dest = Path(self.job.run_dir)
+        before = _entries(dest)
+        why = ""
+        for attempt in range(COPY_TRIES):
+            if attempt:
+                _remove_new(dest, before)
+                time.sleep(COPY_RETRY_S * attempt)
+            try:
+                why = self._copy_once(dest, cap)
+            except _CapExceeded:
+                _remove_new(dest, before)
+                return f"the run dir's copy went over its size cap ({cap_text}); the run's results are not read"
+            except _TooManyEntries:
+                _remove_new(dest, before)
+                return (f"the run dir holds more than {MAX_RUN_ENTRIES} entries (its cap); "
+                        "the run's results are not read")
+            if not why:
+                return ""
+        _remove_new(dest, before)
+        return f"the run dir could not be copied out of the job's container ({why}; {COPY_TRIES} tries)"
+
+    def _copy_once(self, dest: Path, cap: int) -> str:
+        """One copy of the run dir into ``dest``: "" when whole, else why not
+        (what is extracted of it stays for the caller to undo)."""
+        import tarfile
+
         try:
             stream = self._exec_out(["tar", "-C", RUN_MOUNT, "-cf", "-", "."], cap + 16 * 1024 * 1024)
-            with tarfile.open(fileobj=stream, mode="r|") as tar:
+        except Exception as e:  # noqa: BLE001 - the daemon refused the exec
+            return f"the copy could not be started: {type(e).__name__}"
+        try:
+            with tarfile.open(fileobj=cast(IO[bytes], stream), mode="r|") as tar:
                 for n, m in enumerate(tar):
                     if n > MAX_RUN_ENTRIES:
-                        return (f"the run dir holds more than {MAX_RUN_ENTRIES} entries (its cap); "
-                                "the run's results are not read")
+                        raise _TooManyEntries
                     _extract(tar, m, dest)
+            stream.drain()  # the end-of-archive padding: the exec ends once its stream is read
         except _CapExceeded:
-            return f"the run dir's copy went over its size cap ({cap_text}); the run's results are not read"
+            raise
         except (tarfile.TarError, OSError) as e:
-            return f"the run dir could not be copied out of the job's container ({type(e).__name__})"
+            return f"{type(e).__name__}{stream.said()}"
+        code = stream.exit_code()
+        if code not in (0, 1):
+            return f"tar's exit status {code}{stream.said()}"
         return ""
 
     def _exit_code(self, wait_s: float = 5.0) -> int | None:
@@ -1076,14 +1119,23 @@ class _CapExceeded(OSError):
     """A copy out of a job's container went over its cap."""
 
 
-class _Capped:
-    """A file-like ``read`` over a docker exec's demuxed stdout stream, at most ``limit`` bytes."""
+class _TooManyEntries(Exception):
+    """A run dir's copy holds more than :data:`MAX_RUN_ENTRIES` entries."""
 
-    def __init__(self, stream, limit: int):
+
+class _Capped:
+    """A file-like ``read`` over a docker exec's demuxed stdout stream, at most
+    ``limit`` bytes; keeps the start of stdout (what Docker said when it
+    failed to start the exec: its text comes in place of the output)."""
+
+    def __init__(self, stream, limit: int, api=None, exec_id: str = ""):
         self.it = iter(stream)
         self.limit = limit
         self.total = 0
         self.buf = b""
+        self.head = b""
+        self.api = api
+        self.exec_id = exec_id
 
     def _more(self) -> bool:
         for out, _err in self.it:
@@ -1091,6 +1143,8 @@ class _Capped:
                 self.total += len(out)
                 if self.total > self.limit:
                     raise _CapExceeded(f"over {self.limit} bytes")
+                if len(self.head) < SAID_BYTES:
+                    self.head += out[: SAID_BYTES - len(self.head)]
                 self.buf += out
                 return True
         return False
@@ -1107,6 +1161,72 @@ class _Capped:
         while self._more() or self.buf:
             data, self.buf = self.buf, b""
             yield data
+
+    def drain(self) -> None:
+        """Read the stream to its end (still under its cap)."""
+        while self._more():
+            self.buf = b""
+        self.buf = b""
+
+    def exit_code(self, wait_s: float = 5.0) -> int | None:
+        """The exec's exit status once its stream has ended (None: unknown)."""
+        if self.api is None:
+            return None
+        deadline = time.perf_counter() + wait_s
+        while True:
+            try:
+                info = self.api.exec_inspect(self.exec_id)
+            except Exception:  # noqa: BLE001 - the container went away
+                return None
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            if time.perf_counter() > deadline:
+                return None
+            time.sleep(0.01)
+
+    def said(self) -> str:
+        """``: <what was said>`` when stdout did not start as an archive
+        (Docker's text of an exec it failed to start), printable characters
+        only, short; else "" (tar's own stderr names the run's files: the
+        job's words, never quoted in a verdict)."""
+        if not self.head or _looks_like_tar(self.head):
+            return ""
+        text = self.head.decode("utf-8", "replace")
+        text = " ".join("".join(c if c.isprintable() else " " for c in text).split())[:SAID_CHARS]
+        return f": {text}" if text else ""
+
+
+def _looks_like_tar(head: bytes) -> bool:
+    """Whether a stream's start may be an archive (or a piece of one): a tar
+    header holds NUL bytes in its first fields (the name's padding, the
+    mode's end), text from Docker holds none."""
+    return b"\0" in head
+
+
+def _entries(dest: Path) -> set[str]:
+    """Every path under ``dest``, relative to it (links not followed)."""
+    out: set[str] = set()
+    for root, dirs, files in os.walk(dest):
+        rel = os.path.relpath(root, dest)
+        out.update(os.path.normpath(os.path.join(rel, n)) for n in dirs + files)
+    return out
+
+
+def _remove_new(dest: Path, before: set[str], rel: str = "") -> None:
+    """Undo a copy into ``dest``: remove every path not in ``before``
+    (``_entries`` of it before the copy; links as links, never followed)."""
+    import shutil
+
+    for p in (dest / rel).iterdir():
+        r = os.path.join(rel, p.name) if rel else p.name
+        if r in before:
+            if p.is_dir() and not p.is_symlink():
+                _remove_new(dest, before, r)
+        elif p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def _extract(tar, m, dest: Path) -> None:

@@ -707,3 +707,75 @@ def test_docker_errors_are_one_sentence_with_the_fix_never_the_baselines():
     err = s._fail("bk", RunRecord(ok=False, error=f"the benchmark: {cr.error}"), "the baseline")
     assert err.stage == "infrastructure" and "baseline" not in err.message
     assert err.message.startswith("a Docker image is missing") and "make docker-image" in err.message
+
+
+# How the copy of a run dir out of its container is spoilt on a loaded machine:
+# the runtime fails to start the exec (Docker streams its error text in place
+# of the archive), or tar is cut short at a member's boundary (a shorter
+# archive that tarfile reads without complaint).
+SPOILT_COPY = {
+    "exec-refused": ["tar-that-is-not-there"],
+    "cut-short": ["/bin/sh", "-c", "tar -C /rsi/run -cf - ./result.json | head -c 1024; exit 137"],
+}
+
+
+def _spoil_copies(monkeypatch, how: str, times: int) -> list[list[str]]:
+    """The first ``times`` copies of a run dir out of a container spoilt as
+    ``how`` (the real engine runs the spoilt exec); the copies' argvs."""
+    import docker
+
+    real = docker.APIClient.exec_create
+    seen: list[list[str]] = []
+
+    def exec_create(self, container, cmd, *a, **kw):
+        if isinstance(cmd, list) and cmd[:1] == ["tar"]:
+            seen.append(cmd)
+            if len(seen) <= times:
+                cmd = SPOILT_COPY[how]
+        return real(self, container, cmd, *a, **kw)
+
+    monkeypatch.setattr(docker.APIClient, "exec_create", exec_create)
+    return seen
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("how", sorted(SPOILT_COPY))
+def test_a_spoilt_copy_of_the_run_dir_is_undone_and_tried_again(docker_iso, tmp_path, monkeypatch, how):
+    """CI saw a baseline's run end as an error ("the run dir could not be
+    copied out ... (ReadError)") on a loaded machine. A copy is whole only
+    when tar's archive parses and tar exited 0; a spoilt one is undone and
+    tried again, so the run's result and every output file arrive."""
+    c = _checkout(tmp_path / "c")
+    tries = _spoil_copies(monkeypatch, how, times=1)
+    work = tmp_path / "work"
+    work.mkdir()
+    rec = run_once(_bench("files"), c, isolation=docker_iso, workdir=work)
+    assert rec.ok, rec.error
+    assert len(tries) == 2
+    out = Path(rec.work_dir) / "run" / "outputs"
+    assert sorted(p.name for p in out.iterdir()) == ["0.txt", "1.txt"]
+    assert (out / "1.txt").read_text() == "good bye"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("how", sorted(SPOILT_COPY))
+def test_a_copy_spoilt_every_time_is_an_error_that_says_why_and_leaves_nothing(
+    docker_iso, tmp_path, monkeypatch, how
+):
+    """Spoilt on every try, the run is an error saying why (Docker's own
+    words when it refused the exec; tar's status when it was cut short), and
+    none of a partial copy is left where a later step could read it."""
+    c = _checkout(tmp_path / "c")
+    tries = _spoil_copies(monkeypatch, how, times=99)
+    work = tmp_path / "work"
+    work.mkdir()
+    rec = run_once(_bench("files"), c, isolation=docker_iso, workdir=work)
+    assert not rec.ok
+    assert len(tries) == 3
+    assert "could not be copied out of the job's container" in rec.error and "3 tries" in rec.error
+    if how == "exec-refused":
+        assert "OCI runtime exec failed" in rec.error, rec.error
+    else:
+        assert "tar's exit status 137" in rec.error, rec.error
+    run_dir = Path(rec.work_dir) / "run"
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == ["outputs"]  # as it was
