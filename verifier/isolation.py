@@ -53,6 +53,7 @@ RUN_MOUNT = "/rsi/run"
 RUN_DIR_MIB = 256
 RUN_DIR_FULL_BYTES = 256 * 1024  # less free than this at the end: the run hit the cap
 MAX_RUN_ENTRIES = 10_000
+EXEC_START_TRIES = 3  # a job's exec that the runtime failed to start (no pid: nothing of it ran)
 COPY_TRIES = 3  # a run dir's copy out of its container, tried again when tar's stream was cut
 COPY_RETRY_S = 0.2  # times the try's index: the wait before a copy is tried again
 SAID_BYTES = 512  # of a failed exec's stdout kept to say why (Docker's error text)
@@ -771,22 +772,50 @@ class ContainerHandle:
         env = {**iso.env, **job.env, **iso.paths(job, self.box), "HOME": CONTAINER_HOME}
         outputs = f'mkdir -p {RUN_MOUNT}/outputs && ' if job.run_dir is not None else ""
         wrapper = outputs + 'mkdir -p "$HOME" && exec /bin/sh -c "$1"'
-        self.exec_id = self.api.exec_create(
-            self.cid,
-            ["/bin/sh", "-c", wrapper, "rsi-job", job.command],
-            user=iso.user,
-            environment=env,
-            workdir=SRC_MOUNT,
-        )["Id"]
-        self.t0 = time.perf_counter()
-        self.output = _Output(job.ready_pattern, self.t0)
-        stream = self.api.exec_start(self.exec_id, stream=True, demux=True)
-        self.reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self.reader.start()
+        argv = ["/bin/sh", "-c", wrapper, "rsi-job", job.command]
         self.peak = 0
         self.sw: dict[int, tuple[int, int]] = {}
         self.end: float | None = None
-        self.pidfd = self._exec_pidfd()
+        self.reader: threading.Thread | None = None
+        self.pidfd: int | None = None
+        for attempt in range(EXEC_START_TRIES):
+            if self.reader is not None:  # the exec that never started: its stream has ended
+                self.reader.join(timeout=5.0)
+                time.sleep(COPY_RETRY_S * attempt)
+            self.exec_id = self.api.exec_create(self.cid, argv, user=iso.user, environment=env,
+                                                workdir=SRC_MOUNT)["Id"]  # fmt: skip
+            self.t0 = time.perf_counter()
+            self.output = _Output(job.ready_pattern, self.t0)
+            stream = self.api.exec_start(self.exec_id, stream=True, demux=True)
+            self.reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+            self.reader.start()
+            self.pidfd, started = self._exec_pidfd()
+            if started:
+                break
+        if self.pidfd is None:
+            # already gone before its pid could be watched (or never started,
+            # on every try): the same end as any other (leftovers killed and
+            # counted, the cgroup read)
+            self._mark_end()
+
+    def _exec_pidfd(self) -> tuple[int | None, bool]:
+        """A pidfd of the job's process, and whether it started at all: an
+        exec the runtime failed to start (seen on a loaded machine: Docker's
+        error text on stdout, status 126) has no pid, and nothing of the job
+        ran, so ``_begin`` starts it again; a job that ran, however briefly,
+        has one and is never started twice."""
+        deadline = time.perf_counter() + 10
+        while time.perf_counter() < deadline:
+            info = self.api.exec_inspect(self.exec_id)
+            if info.get("Pid"):
+                try:
+                    return os.pidfd_open(int(info["Pid"])), True
+                except ProcessLookupError:
+                    return None, True
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return None, False
+            time.sleep(0.002)
+        return None, True
 
     def _read(self, stream) -> None:
         with contextlib.suppress(Exception):  # the container went away: the result says why
@@ -795,23 +824,6 @@ class ContainerHandle:
                     self.output.stdout(out)
                 if err:
                     self.output.stderr(err)
-
-    def _exec_pidfd(self) -> int | None:
-        deadline = time.perf_counter() + 10
-        while time.perf_counter() < deadline:
-            info = self.api.exec_inspect(self.exec_id)
-            if info.get("Pid"):
-                try:
-                    return os.pidfd_open(int(info["Pid"]))
-                except ProcessLookupError:
-                    break
-            if not info.get("Running") and info.get("ExitCode") is not None:
-                break
-            time.sleep(0.002)
-        # already gone before its pid could be watched: the same end as any
-        # other (leftovers killed and counted, the cgroup read)
-        self._mark_end()
-        return None
 
     def running(self) -> bool:
         if self.end is None and self.pidfd is not None:
@@ -930,7 +942,8 @@ class ContainerHandle:
             with contextlib.suppress(Exception):
                 self.container.kill()  # the whole cgroup dies: nothing outlives the job
         exit_code = self._exit_code()
-        self.reader.join(timeout=5.0)
+        if self.reader is not None:
+            self.reader.join(timeout=5.0)
         if self.box is None:
             self._remove()
         else:

@@ -779,3 +779,48 @@ def test_a_copy_spoilt_every_time_is_an_error_that_says_why_and_leaves_nothing(
         assert "tar's exit status 137" in rec.error, rec.error
     run_dir = Path(rec.work_dir) / "run"
     assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == ["outputs"]  # as it was
+
+
+def _spoil_job_starts(monkeypatch, times: int) -> list[list[str]]:
+    """The first ``times`` execs of a job's command replaced by one the real
+    runtime fails to start (no pid; Docker's text on stdout, status 126)."""
+    import docker
+
+    real = docker.APIClient.exec_create
+    seen: list[list[str]] = []
+
+    def exec_create(self, container, cmd, *a, **kw):
+        if isinstance(cmd, list) and "rsi-job" in cmd:
+            seen.append(cmd)
+            if len(seen) <= times:
+                cmd = SPOILT_COPY["exec-refused"]
+        return real(self, container, cmd, *a, **kw)
+
+    monkeypatch.setattr(docker.APIClient, "exec_create", exec_create)
+    return seen
+
+
+@pytest.mark.docker
+def test_a_job_the_runtime_failed_to_start_is_started_again_and_one_that_ran_never_is(
+    docker_iso, tmp_path, monkeypatch
+):
+    """An exec the runtime could not start has no pid: nothing of the job ran,
+    so it is started again and the run is whole. A job that ran and exited
+    126 itself, printing Docker's words, is a failed run, started once (a
+    candidate cannot buy itself a second try)."""
+    c = _checkout(tmp_path / "c")
+    starts = _spoil_job_starts(monkeypatch, times=2)
+    rec = run_once(_bench("files"), c, isolation=docker_iso)
+    assert rec.ok, rec.error
+    assert len(starts) == 3
+    assert rec.result.metrics["speed"] == 1.0
+    monkeypatch.undo()
+    starts = _spoil_job_starts(monkeypatch, times=0)
+    fake = "echo 'OCI runtime exec failed: exec failed: unable to start container process'; exit 126"
+    rec = run_once(_bench(command=fake), c, isolation=docker_iso)
+    assert not rec.ok and len(starts) == 1
+    monkeypatch.undo()
+    starts = _spoil_job_starts(monkeypatch, times=99)
+    rec = run_once(_bench("files"), c, isolation=docker_iso)
+    assert not rec.ok and len(starts) == 3
+    assert "126" in rec.error and "OCI runtime exec failed" in rec.stdout_tail, rec.error
