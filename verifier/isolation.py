@@ -53,7 +53,7 @@ RUN_MOUNT = "/rsi/run"
 RUN_DIR_MIB = 256
 RUN_DIR_FULL_BYTES = 256 * 1024  # less free than this at the end: the run hit the cap
 MAX_RUN_ENTRIES = 10_000
-EXEC_START_TRIES = 3  # a job's exec that the runtime failed to start (no pid: nothing of it ran)
+EXEC_START_TRIES = 3  # a job's exec the engine failed to create (5xx) or the runtime to start (no pid): nothing of it ran
 COPY_TRIES = 3  # a run dir's copy out of its container, tried again when tar's stream was cut
 COPY_RETRY_S = 0.2  # times the try's index: the wait before a copy is tried again
 SAID_BYTES = 512  # of a failed exec's stdout kept to say why (Docker's error text)
@@ -779,11 +779,17 @@ class ContainerHandle:
         self.reader: threading.Thread | None = None
         self.pidfd: int | None = None
         for attempt in range(EXEC_START_TRIES):
-            if self.reader is not None:  # the exec that never started: its stream has ended
-                self.reader.join(timeout=5.0)
+            if attempt:
+                if self.reader is not None:  # the exec that never started: its stream has ended
+                    self.reader.join(timeout=5.0)
                 time.sleep(COPY_RETRY_S * attempt)
-            self.exec_id = self.api.exec_create(self.cid, argv, user=iso.user, environment=env,
-                                                workdir=SRC_MOUNT)["Id"]  # fmt: skip
+            try:
+                self.exec_id = self.api.exec_create(self.cid, argv, user=iso.user, environment=env,
+                                                    workdir=SRC_MOUNT)["Id"]  # fmt: skip
+            except Exception as e:
+                if attempt + 1 < EXEC_START_TRIES and _engine_faltered(e):
+                    continue  # no exec exists: nothing of the job ran
+                raise
             self.t0 = time.perf_counter()
             self.output = _Output(job.ready_pattern, self.t0)
             stream = self.api.exec_start(self.exec_id, stream=True, demux=True)
@@ -1120,6 +1126,17 @@ class ContainerHandle:
         except Exception as e:  # noqa: BLE001
             if "No such container" not in str(e):
                 raise
+
+
+def _engine_faltered(exc: BaseException) -> bool:
+    """The engine answered a request with a server error (5xx: it failed, not
+    the request). For ``exec_create`` that means no exec exists, so nothing
+    of the job ran and asking again is safe; a 4xx (the container is not
+    running, a bad argument) is an answer that asking again would not change."""
+    try:
+        return bool(exc.is_server_error())  # type: ignore[attr-defined]  # docker.errors.APIError
+    except Exception:  # noqa: BLE001 - not an API error, or one without a response
+        return False
 
 
 def _free_bytes(stat_out: bytes) -> int:

@@ -824,3 +824,59 @@ def test_a_job_the_runtime_failed_to_start_is_started_again_and_one_that_ran_nev
     rec = run_once(_bench("files"), c, isolation=docker_iso)
     assert not rec.ok and len(starts) == 3
     assert "126" in rec.error and "OCI runtime exec failed" in rec.stdout_tail, rec.error
+
+
+def _falter_job_creates(monkeypatch, times: int, status: int) -> list[list[str]]:
+    """The first ``times`` requests to create a job's exec answered by the
+    engine's own error type with ``status`` (5xx: the engine failed under load,
+    no exec exists; 4xx: the request itself is refused), as docker-py raises
+    it; every other request reaches the real engine."""
+    import docker
+    import requests
+
+    real = docker.APIClient.exec_create
+    seen: list[list[str]] = []
+
+    def exec_create(self, container, cmd, *a, **kw):
+        if isinstance(cmd, list) and "rsi-job" in cmd:
+            seen.append(cmd)
+            if len(seen) <= times:
+                response = requests.Response()
+                response.status_code = status
+                response.reason = "Internal Server Error" if status >= 500 else "Conflict"
+                response.url = f"http+docker://localhost/containers/{container}/exec"
+                raise docker.errors.APIError(
+                    f"{status} Server Error", response=response, explanation="context deadline exceeded"
+                )
+        return real(self, container, cmd, *a, **kw)
+
+    monkeypatch.setattr(docker.APIClient, "exec_create", exec_create)
+    return seen
+
+
+@pytest.mark.docker
+def test_a_job_exec_the_engine_failed_to_create_is_asked_for_again_and_a_refused_one_is_not(
+    docker_iso, tmp_path, monkeypatch
+):
+    """A server error (5xx) creating a job's exec means no exec exists and
+    nothing of the job ran: it is asked for again, and the run is whole. A
+    refusal (4xx) is an answer asking again would not change: the run ends at
+    once as the machine's error, saying Docker's words; so does a 5xx on
+    every try, after three."""
+    c = _checkout(tmp_path / "c")
+    creates = _falter_job_creates(monkeypatch, times=2, status=500)
+    rec = run_once(_bench("files"), c, isolation=docker_iso)
+    assert rec.ok, rec.error
+    assert len(creates) == 3
+    assert rec.result.metrics["speed"] == 1.0
+    monkeypatch.undo()
+    creates = _falter_job_creates(monkeypatch, times=99, status=500)
+    rec = run_once(_bench("files"), c, isolation=docker_iso)
+    assert not rec.ok and len(creates) == 3
+    assert "infrastructure: Docker refused a request" in rec.error, rec.error
+    assert "context deadline exceeded" in rec.error, rec.error
+    monkeypatch.undo()
+    creates = _falter_job_creates(monkeypatch, times=1, status=409)
+    rec = run_once(_bench("files"), c, isolation=docker_iso)
+    assert not rec.ok and len(creates) == 1
+    assert "infrastructure: Docker refused a request (409" in rec.error, rec.error
