@@ -58,3 +58,14 @@ def is_infrastructure(exc: BaseException) -> bool:
     if de is not None and isinstance(exc, (de.DockerException, rx.ConnectionError)):
         return True
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EACCES, errno.EPERM)
+
+
+def is_engine_fault(exc: BaseException) -> bool:
+    """Docker answered a request with a server error (5xx): the engine failed
+    under load, not the request. Asking again may succeed; a 4xx (the
+    container is not running, a bad argument) is an answer that would not
+    change."""
+    de, _ = _docker_errors()
+    if de is None or not isinstance(exc, de.APIError) or exc.status_code is None:
+        return False  # not Docker's answer, or no answer at all (no response to read)
+    return bool(exc.is_server_error())

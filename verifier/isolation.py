@@ -43,6 +43,8 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, cast
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .infra import is_engine_fault
+
 if TYPE_CHECKING:
     import resource
 
@@ -53,7 +55,7 @@ RUN_MOUNT = "/rsi/run"
 RUN_DIR_MIB = 256
 RUN_DIR_FULL_BYTES = 256 * 1024  # less free than this at the end: the run hit the cap
 MAX_RUN_ENTRIES = 10_000
-EXEC_START_TRIES = 3  # a job's exec the engine failed to create (5xx) or the runtime to start (no pid): nothing of it ran
+EXEC_START_TRIES = 3  # a job's exec not created (5xx) or not started (no pid): nothing of it ran
 COPY_TRIES = 3  # a run dir's copy out of its container, tried again when tar's stream was cut
 COPY_RETRY_S = 0.2  # times the try's index: the wait before a copy is tried again
 SAID_BYTES = 512  # of a failed exec's stdout kept to say why (Docker's error text)
@@ -787,8 +789,8 @@ class ContainerHandle:
                 self.exec_id = self.api.exec_create(self.cid, argv, user=iso.user, environment=env,
                                                     workdir=SRC_MOUNT)["Id"]  # fmt: skip
             except Exception as e:
-                if attempt + 1 < EXEC_START_TRIES and _engine_faltered(e):
-                    continue  # no exec exists: nothing of the job ran
+                if attempt + 1 < EXEC_START_TRIES and is_engine_fault(e):
+                    continue  # a job runs only once its exec is started: nothing of it ran
                 raise
             self.t0 = time.perf_counter()
             self.output = _Output(job.ready_pattern, self.t0)
@@ -1126,17 +1128,6 @@ class ContainerHandle:
         except Exception as e:  # noqa: BLE001
             if "No such container" not in str(e):
                 raise
-
-
-def _engine_faltered(exc: BaseException) -> bool:
-    """The engine answered a request with a server error (5xx: it failed, not
-    the request). For ``exec_create`` that means no exec exists, so nothing
-    of the job ran and asking again is safe; a 4xx (the container is not
-    running, a bad argument) is an answer that asking again would not change."""
-    try:
-        return bool(exc.is_server_error())  # type: ignore[attr-defined]  # docker.errors.APIError
-    except Exception:  # noqa: BLE001 - not an API error, or one without a response
-        return False
 
 
 def _free_bytes(stat_out: bytes) -> int:

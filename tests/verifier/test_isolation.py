@@ -781,9 +781,10 @@ def test_a_copy_spoilt_every_time_is_an_error_that_says_why_and_leaves_nothing(
     assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == ["outputs"]  # as it was
 
 
-def _spoil_job_starts(monkeypatch, times: int) -> list[list[str]]:
-    """The first ``times`` execs of a job's command replaced by one the real
-    runtime fails to start (no pid; Docker's text on stdout, status 126)."""
+def _on_job_creates(monkeypatch, times: int, spoil) -> list[list[str]]:
+    """The first ``times`` requests to create a job's exec handed to
+    ``spoil(container, cmd)``, which returns the command to create instead or
+    raises; every request (and every other exec) reaches the real engine."""
     import docker
 
     real = docker.APIClient.exec_create
@@ -793,11 +794,17 @@ def _spoil_job_starts(monkeypatch, times: int) -> list[list[str]]:
         if isinstance(cmd, list) and "rsi-job" in cmd:
             seen.append(cmd)
             if len(seen) <= times:
-                cmd = SPOILT_COPY["exec-refused"]
+                cmd = spoil(container, cmd)
         return real(self, container, cmd, *a, **kw)
 
     monkeypatch.setattr(docker.APIClient, "exec_create", exec_create)
     return seen
+
+
+def _spoil_job_starts(monkeypatch, times: int) -> list[list[str]]:
+    """The first ``times`` execs of a job's command replaced by one the real
+    runtime fails to start (no pid; Docker's text on stdout, status 126)."""
+    return _on_job_creates(monkeypatch, times, lambda container, cmd: SPOILT_COPY["exec-refused"])
 
 
 @pytest.mark.docker
@@ -830,28 +837,20 @@ def _falter_job_creates(monkeypatch, times: int, status: int) -> list[list[str]]
     """The first ``times`` requests to create a job's exec answered by the
     engine's own error type with ``status`` (5xx: the engine failed under load,
     no exec exists; 4xx: the request itself is refused), as docker-py raises
-    it; every other request reaches the real engine."""
+    it."""
     import docker
     import requests
 
-    real = docker.APIClient.exec_create
-    seen: list[list[str]] = []
+    def refuse(container, cmd):
+        response = requests.Response()
+        response.status_code = status
+        response.reason = "Internal Server Error" if status >= 500 else "Conflict"
+        response.url = f"http+docker://localhost/containers/{container}/exec"
+        raise docker.errors.APIError(
+            f"{status} Server Error", response=response, explanation="context deadline exceeded"
+        )
 
-    def exec_create(self, container, cmd, *a, **kw):
-        if isinstance(cmd, list) and "rsi-job" in cmd:
-            seen.append(cmd)
-            if len(seen) <= times:
-                response = requests.Response()
-                response.status_code = status
-                response.reason = "Internal Server Error" if status >= 500 else "Conflict"
-                response.url = f"http+docker://localhost/containers/{container}/exec"
-                raise docker.errors.APIError(
-                    f"{status} Server Error", response=response, explanation="context deadline exceeded"
-                )
-        return real(self, container, cmd, *a, **kw)
-
-    monkeypatch.setattr(docker.APIClient, "exec_create", exec_create)
-    return seen
+    return _on_job_creates(monkeypatch, times, refuse)
 
 
 @pytest.mark.docker
